@@ -1,0 +1,133 @@
+#pragma once
+// Chatting with a trained run, and the state trace of every reply.
+//
+//   auto bot = chatbench::Chatbot::load("runs/demo");          // cpu by default
+//   chatbench::DecodeOptions opt;                               // greedy
+//   chatbench::Reply r = bot.reply("how are you?", opt);
+//   std::cout << r.text << "\n";
+//   bool ok = r.trace.checks.handoffEqual && r.trace.checks.stateCarried
+//             && r.trace.checks.teacherForcedEqual;
+//   std::cout << chatbench::toJson(r) << "\n";                  // the whole trace
+//
+// HandoffMode::ZeroInit reproduces the classic bug (decoder starts from zeros: the same reply
+// to every question); ResetEachStep drops the state between decoder steps. Both make the
+// corresponding checks fail.
+
+#include "chatbench/config.h"
+#include "chatbench/tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+enum class DecodeMethod { Greedy, Beam, Sample };
+enum class HandoffMode {
+    Correct,      // decoder starts from the encoder's final (h, c) and carries its state
+    ZeroInit,     // decoder starts from zeros (the bug)
+    ResetEachStep // decoder starts right but loses its state after every step
+};
+
+std::string decodeMethodName(DecodeMethod m); // "greedy" / "beam" / "sample"
+std::string handoffModeName(HandoffMode m);   // "correct" / "zero-init" / "reset-each-step"
+
+struct DecodeOptions {
+    DecodeMethod method = DecodeMethod::Greedy;
+    int beamWidth = 4;        // beam search hypotheses
+    double temperature = 1.0; // sampling temperature (> 0)
+    int topK = 0;             // sample among the k most likely tokens; 0 = all
+    uint64_t seed = 0;        // sampling seed
+    int maxLength = 0;        // reply tokens at most; 0 = the model's max target length
+    int traceTopK = 5;        // top-k entries recorded per decoder step
+    HandoffMode handoff = HandoffMode::Correct;
+};
+
+struct LayerState {
+    std::vector<float> h; // (H)
+    std::vector<float> c; // (H)
+};
+
+struct TokenProbability {
+    int64_t id = 0;
+    std::string word;
+    float probability = 0;
+};
+
+struct DecoderStep {
+    int64_t inputId = 0;              // token fed in
+    std::string inputWord;
+    int64_t chosenId = 0;             // token chosen (may be <end>)
+    std::string chosenWord;
+    std::vector<TokenProbability> topK;  // most likely next tokens (softmax at temperature 1)
+    std::vector<LayerState> stateIn;  // per layer, the state this step started from
+    std::vector<LayerState> stateOut; // per layer, the state it produced
+    std::vector<float> inputGate;     // top layer, sigmoid(i)
+    std::vector<float> forgetGate;    // top layer, sigmoid(f)
+    std::vector<float> cellGate;      // top layer, tanh(g)
+    std::vector<float> outputGate;    // top layer, sigmoid(o)
+    std::vector<float> attention;     // weights over the source tokens (empty without attention)
+    double milliseconds = 0;          // wall time of the step
+};
+
+struct TraceChecks {
+    double handoffMaxDiff = 0;        // max |decoder initial − encoder final| over layers, h and c
+    bool handoffEqual = false;        // exactly 0
+    double carriedMaxDiff = 0;        // max |step t input state − step t−1 output state|
+    bool stateCarried = false;        // exactly 0
+    double teacherForcedMaxDiff = 0;  // max |step-wise logits − one teacher-forced pass from the encoder state|
+    bool teacherForcedEqual = false;  // within kLogitTolerance
+    double gateReplayMaxDiff = 0;     // the hand-written LSTM step (gates) against the module's h, c
+    static constexpr double kLogitTolerance = 1e-4;
+};
+
+struct StateTrace {
+    std::vector<int64_t> inputIds;
+    std::vector<std::string> inputWords;   // as tokenized
+    std::vector<std::string> unknownWords; // words that became <unk>
+    std::vector<LayerState> encoderFinal;  // per layer, at the last real token
+    std::vector<std::vector<float>> encoderTopH; // top layer h at every source step, (S)(H)
+    std::vector<LayerState> decoderInitial;      // per layer, what the decoder started from
+    std::vector<DecoderStep> steps;
+    TraceChecks checks;
+    HandoffMode handoff = HandoffMode::Correct;
+    std::string device;
+    int hidden = 0;
+    int layers = 0;
+};
+
+struct Reply {
+    std::string text;
+    std::vector<int64_t> ids;   // reply tokens without <end>
+    double score = 0;           // mean log-probability per token of the reply
+    StateTrace trace;           // filled by reply(); replyBatch fills only encoderFinal
+};
+
+class Chatbot {
+public:
+    // Loads config.json, vocab.json and the latest checkpoint of a run folder onto `device`
+    // ("cpu", "cuda:N"; falls back to cpu with a note when there is no GPU). Throws Error.
+    static Chatbot load(const std::string& runDir, const std::string& device = "cpu");
+
+    Reply reply(const std::string& text, const DecodeOptions& options = {}) const;
+    // Greedy replies to several prompts in one padded batch (no per-step trace).
+    std::vector<Reply> replyBatch(const std::vector<std::string>& texts, const DecodeOptions& options = {}) const;
+
+    const Tokenizer& tokenizer() const;
+    const TrainConfig& config() const;
+    std::string device() const;
+    std::string note() const; // device fallback note, empty when none
+    int64_t step() const;     // optimizer steps the loaded weights were trained for
+
+    struct Impl;
+    explicit Chatbot(std::shared_ptr<Impl> impl);
+
+private:
+    std::shared_ptr<Impl> m_impl;
+};
+
+// The reply and its whole trace as JSON.
+std::string toJson(const Reply& reply, int indent = -1);
+
+} // namespace chatbench

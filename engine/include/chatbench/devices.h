@@ -1,0 +1,59 @@
+#pragma once
+// Compute devices and what each can do.
+//
+//   for (const auto& d : chatbench::listDevices())           // "cpu" first, then "cuda:0", ...
+//       std::cout << d.id << " " << d.name << "\n";
+//   auto r = chatbench::resolveDevice("cuda:0", chatbench::Precision::BF16);
+//   if (!r.note.empty()) std::cout << r.note << "\n";      // e.g. "no CUDA device; using cpu"
+
+#include "chatbench/config.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+struct PrecisionSupport {
+    Precision precision = Precision::FP32;
+    bool supported = false;
+    std::string reason; // why not, when unsupported
+};
+
+struct DeviceInfo {
+    std::string id;          // "cpu" or "cuda:N"
+    std::string name;        // CPU model or GPU name
+    int64_t memoryBytes = 0; // RAM or GPU memory
+    int threads = 0;         // CPU: intra-op threads in use
+    std::vector<PrecisionSupport> precisions; // fp32, bf16, fp16
+};
+
+// CPU first, then each CUDA device. Precision support is probed once (a tiny LSTM step).
+std::vector<DeviceInfo> listDevices();
+
+struct ResolvedDevice {
+    std::string device;  // what will actually be used
+    Precision precision = Precision::FP32;
+    std::string note;    // non-empty when a fallback happened: what and why
+};
+// Falls back to cpu / fp32 with a note instead of failing. Throws Error for a malformed name.
+ResolvedDevice resolveDevice(const std::string& device, Precision precision);
+
+struct EnvironmentInfo {
+    std::string torchVersion;
+    bool cudaBuilt = false;      // libtorch_cuda is linked in
+    bool cudaAvailable = false;  // a CUDA device and driver are usable
+    int cudaDeviceCount = 0;
+    std::string cudaVersion;     // CUDA version torch was built with
+    std::string cudnnVersion;
+    std::string onednnVersion;
+    int threads = 0;             // intra-op threads
+    int interopThreads = 0;
+    std::string buildConfig;     // torch's own configuration summary
+};
+EnvironmentInfo environmentInfo();
+
+// Sets the CPU intra-op thread count (0 leaves the default).
+void setThreads(int threads);
+
+} // namespace chatbench

@@ -1,0 +1,32 @@
+#pragma once
+// chatbench::Error — the one exception type the engine throws for bad input.
+//
+//   try { auto corpus = chatbench::loadCorpus("data/chat.yml"); }
+//   catch (const chatbench::Error& e) { std::cerr << e.what(); }  // "data/chat.yml:12: ..."
+//
+// Engine functions throw it for anything a user can fix (a file, a field, a flag); the
+// job boundary (CLI main, the UI controller) turns it into one message.
+
+#include <stdexcept>
+#include <string>
+
+namespace chatbench {
+
+class Error : public std::runtime_error {
+public:
+    // A message about no particular file.
+    explicit Error(const std::string& message);
+    // A message about `file`, at `line` (1-based; 0 = the file as a whole).
+    Error(const std::string& file, long line, const std::string& message);
+
+    const std::string& file() const { return m_file; }
+    long line() const { return m_line; }
+    const std::string& message() const { return m_message; }
+
+private:
+    std::string m_file;
+    long m_line = 0;
+    std::string m_message;
+};
+
+} // namespace chatbench

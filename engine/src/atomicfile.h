@@ -1,0 +1,14 @@
+#pragma once
+// Crash-safe file writes (private): a temporary file in the same folder, flushed, then renamed
+// over the target, so a reader sees the old file or the new one and never half of one.
+
+#include <functional>
+#include <string>
+
+namespace chatbench {
+
+void writeFileAtomic(const std::string& path, const std::string& contents);
+// For writers that need a path (torch::save): `write` fills the temporary path given to it.
+void writeFileAtomic(const std::string& path, const std::function<void(const std::string& tmpPath)>& write);
+
+} // namespace chatbench

@@ -1,0 +1,466 @@
+#include "chatbench/chatbot.h"
+
+#include "chatbench/devices.h"
+#include "chatbench/error.h"
+#include "chatbench/trainer.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "torchutil.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace chatbench {
+
+std::string decodeMethodName(DecodeMethod m)
+{
+    switch (m) {
+    case DecodeMethod::Greedy: return "greedy";
+    case DecodeMethod::Beam: return "beam";
+    case DecodeMethod::Sample: return "sample";
+    }
+    return "greedy";
+}
+
+std::string handoffModeName(HandoffMode m)
+{
+    switch (m) {
+    case HandoffMode::Correct: return "correct";
+    case HandoffMode::ZeroInit: return "zero-init";
+    case HandoffMode::ResetEachStep: return "reset-each-step";
+    }
+    return "correct";
+}
+
+struct Chatbot::Impl {
+    TrainConfig cfg;
+    Tokenizer tok;
+    Seq2Seq model{nullptr};
+    torch::Device device{torch::kCPU};
+    std::string note;
+    int64_t step = 0;
+};
+
+Chatbot::Chatbot(std::shared_ptr<Impl> impl)
+    : m_impl(std::move(impl))
+{
+}
+
+const Tokenizer& Chatbot::tokenizer() const { return m_impl->tok; }
+const TrainConfig& Chatbot::config() const { return m_impl->cfg; }
+std::string Chatbot::device() const { return m_impl->device.str(); }
+std::string Chatbot::note() const { return m_impl->note; }
+int64_t Chatbot::step() const { return m_impl->step; }
+
+Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
+{
+    auto impl = std::make_shared<Impl>();
+    impl->cfg = loadRunConfig(runDir);
+    impl->tok = Tokenizer::load(vocabPath(runDir));
+    if (impl->tok.size() != impl->cfg.model.vocabSize)
+        throw Error(vocabPath(runDir), 0, "holds " + std::to_string(impl->tok.size()) + " words but config.json says "
+            + std::to_string(impl->cfg.model.vocabSize));
+    const ResolvedDevice r = resolveDevice(device, Precision::FP32);
+    impl->note = r.note;
+    impl->device = parseDevice(r.device);
+    impl->model = Seq2Seq(impl->cfg.model);
+    impl->model->to(impl->device);
+    // A run that is still training replaces its checkpoint now and then; when the file that
+    // state.json named is gone by the time we open it, read state.json again.
+    for (int attempt = 0;; ++attempt) {
+        const RunState state = loadState(runDir);
+        try {
+            loadCheckpoint(runDir, state, impl->model, nullptr);
+            impl->step = state.step;
+            break;
+        } catch (const Error&) {
+            if (attempt >= 3 || loadState(runDir).checkpoint == state.checkpoint)
+                throw;
+        }
+    }
+    impl->model->eval();
+    return Chatbot(impl);
+}
+
+namespace {
+
+std::vector<LayerState> layerStates(const torch::Tensor& h, const torch::Tensor& c, int64_t b)
+{
+    std::vector<LayerState> out;
+    for (int64_t l = 0; l < h.size(0); ++l)
+        out.push_back({toVector(h[l][b]), toVector(c[l][b])});
+    return out;
+}
+
+// Source ids for one prompt; an empty prompt becomes one <unk>.
+std::vector<int64_t> sourceIds(const Tokenizer& tok, const ModelConfig& cfg, const std::string& text, Encoded* info)
+{
+    Encoded e = tok.encode(text);
+    std::vector<int64_t> ids = e.ids;
+    if (ids.size() > static_cast<size_t>(cfg.maxSourceLength))
+        ids.resize(static_cast<size_t>(cfg.maxSourceLength));
+    if (ids.empty())
+        ids.push_back(Tokenizer::kUnk);
+    if (info)
+        *info = std::move(e);
+    return ids;
+}
+
+// One LSTM step for every layer written out gate by gate (PyTorch order i, f, g, o), from the
+// module's own weights. Returns the top layer's gates; `diff` gets the largest difference to
+// the module's (h, c).
+struct Gates {
+    torch::Tensor i, f, g, o;
+};
+Gates replayStep(Seq2SeqImpl& m, int64_t token, const torch::Tensor& hIn, const torch::Tensor& cIn,
+    const torch::Tensor& hOut, const torch::Tensor& cOut, double* diff)
+{
+    auto params = m.decoder->named_parameters();
+    auto x = m.decoderEmbedding(torch::tensor({token}, torch::TensorOptions().device(hIn.device()))); // (1, E)
+    Gates top;
+    *diff = 0;
+    for (int64_t l = 0; l < hIn.size(0); ++l) {
+        const std::string k = std::to_string(l);
+        auto gates = torch::matmul(x, params["weight_ih_l" + k].t()) + params["bias_ih_l" + k]
+            + torch::matmul(hIn[l], params["weight_hh_l" + k].t()) + params["bias_hh_l" + k]; // (1, 4H)
+        auto chunks = gates.chunk(4, /*dim=*/1);
+        Gates gl{torch::sigmoid(chunks[0]), torch::sigmoid(chunks[1]), torch::tanh(chunks[2]), torch::sigmoid(chunks[3])};
+        auto c = gl.f * cIn[l] + gl.i * gl.g; // (1, H)
+        auto h = gl.o * torch::tanh(c);
+        *diff = std::max({*diff, maxAbsDiff(h, hOut[l]), maxAbsDiff(c, cOut[l])});
+        x = h;
+        top = gl;
+    }
+    return top;
+}
+
+int64_t sampleToken(const torch::Tensor& logits, const DecodeOptions& opt, std::mt19937_64& rng)
+{
+    auto probs = torch::softmax(logits.to(torch::kFloat64) / std::max(1e-6, opt.temperature), -1).cpu();
+    std::vector<double> p(static_cast<size_t>(probs.numel()));
+    std::copy_n(probs.data_ptr<double>(), p.size(), p.begin());
+    if (opt.topK > 0 && static_cast<size_t>(opt.topK) < p.size()) {
+        std::vector<double> sorted = p;
+        std::nth_element(sorted.begin(), sorted.begin() + (opt.topK - 1), sorted.end(), std::greater<>());
+        const double cut = sorted[static_cast<size_t>(opt.topK - 1)];
+        int kept = 0;
+        for (double& v : p) {
+            if (v >= cut && kept < opt.topK)
+                ++kept;
+            else
+                v = 0;
+        }
+    }
+    p[Tokenizer::kPad] = 0;
+    p[Tokenizer::kStart] = 0;
+    std::discrete_distribution<int64_t> dist(p.begin(), p.end());
+    return dist(rng);
+}
+
+// Greedy choice that never picks <pad> or <start>.
+int64_t argmaxToken(const torch::Tensor& logits)
+{
+    auto l = logits.to(torch::kFloat32).clone();
+    l[Tokenizer::kPad] = -INFINITY;
+    l[Tokenizer::kStart] = -INFINITY;
+    return l.argmax().item<int64_t>();
+}
+
+std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const torch::Tensor& h0, const torch::Tensor& c0,
+    const DecodeOptions& opt, int maxSteps)
+{
+    struct Hyp {
+        std::vector<int64_t> tokens;
+        double logp = 0;
+        torch::Tensor h, c;
+    };
+    const int width = std::max(1, opt.beamWidth);
+    std::vector<Hyp> beams{{{}, 0.0, h0, c0}};
+    std::vector<Hyp> done;
+    for (int t = 0; t < maxSteps && !beams.empty(); ++t) {
+        struct Cand {
+            size_t beam;
+            int64_t token;
+            double logp;
+        };
+        std::vector<Cand> cands;
+        std::vector<DecoderOutput> outs;
+        for (size_t b = 0; b < beams.size(); ++b) {
+            const auto& hyp = beams[b];
+            const bool reset = opt.handoff == HandoffMode::ResetEachStep && t > 0;
+            auto hIn = reset ? torch::zeros_like(hyp.h) : hyp.h;
+            auto cIn = reset ? torch::zeros_like(hyp.c) : hyp.c;
+            const int64_t last = hyp.tokens.empty() ? Tokenizer::kStart : hyp.tokens.back();
+            outs.push_back(m.decode(torch::tensor({{last}}, torch::TensorOptions().device(h0.device())), hIn, cIn, enc));
+            auto lp = torch::log_softmax(outs.back().logits[0][0].to(torch::kFloat32), -1);
+            lp[Tokenizer::kPad] = -INFINITY;
+            lp[Tokenizer::kStart] = -INFINITY;
+            auto [vals, idx] = lp.topk(width);
+            for (int k = 0; k < width; ++k)
+                cands.push_back({b, idx[k].item<int64_t>(), hyp.logp + vals[k].item<double>()});
+        }
+        std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
+        std::vector<Hyp> next;
+        for (const Cand& c : cands) {
+            if (static_cast<int>(next.size()) >= width)
+                break;
+            Hyp h{beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c};
+            if (c.token == Tokenizer::kEnd) {
+                done.push_back(std::move(h));
+            } else {
+                h.tokens.push_back(c.token);
+                next.push_back(std::move(h));
+            }
+        }
+        beams = std::move(next);
+        if (static_cast<int>(done.size()) >= width)
+            break;
+    }
+    if (done.empty())
+        done = beams;
+    // Length-normalised: mean log-probability per emitted token (the <end> counts).
+    auto norm = [](const Hyp& h) { return h.logp / static_cast<double>(h.tokens.size() + 1); };
+    return std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) { return norm(a) < norm(b); })->tokens;
+}
+
+} // namespace
+
+Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
+{
+    Impl& I = *m_impl;
+    torch::NoGradGuard noGrad;
+    I.model->eval();
+    const auto dev = torch::TensorOptions().device(I.device);
+    Reply r;
+    StateTrace& tr = r.trace;
+    Encoded info;
+    tr.inputIds = sourceIds(I.tok, I.cfg.model, text, &info);
+    tr.inputWords = info.words;
+    tr.unknownWords = info.unknown;
+    tr.handoff = opt.handoff;
+    tr.device = I.device.str();
+    tr.hidden = I.cfg.model.hidden;
+    tr.layers = I.cfg.model.layers;
+
+    auto src = torch::tensor(tr.inputIds, dev).unsqueeze(0);                          // (1, S)
+    auto len = torch::tensor({static_cast<int64_t>(tr.inputIds.size())}, torch::kInt64); // (1)
+    const EncoderOutput enc = I.model->encode(src, len);
+    tr.encoderFinal = layerStates(enc.h, enc.c, 0);
+    for (int64_t s = 0; s < enc.outputs.size(1); ++s)
+        tr.encoderTopH.push_back(toVector(enc.outputs[0][s]));
+
+    // The handoff: the decoder's initial state per layer.
+    const bool zero = opt.handoff == HandoffMode::ZeroInit;
+    const auto h0 = zero ? torch::zeros_like(enc.h) : enc.h.clone();
+    const auto c0 = zero ? torch::zeros_like(enc.c) : enc.c.clone();
+    tr.decoderInitial = layerStates(h0, c0, 0);
+
+    const int limit = I.cfg.model.maxTargetLength - 1;
+    const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
+    std::vector<int64_t> forced;
+    if (opt.method == DecodeMethod::Beam)
+        forced = beamSearch(*I.model, enc, h0, c0, opt, maxSteps);
+    std::mt19937_64 rng(opt.seed);
+
+    auto h = h0, c = c0;
+    int64_t input = Tokenizer::kStart;
+    std::vector<int64_t> inputs;
+    std::vector<torch::Tensor> stepLogits, statesIn, statesOut; // states as (2, L, H)
+    double logpSum = 0;
+    for (int t = 0; t < maxSteps; ++t) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const bool reset = opt.handoff == HandoffMode::ResetEachStep && t > 0;
+        auto hIn = reset ? torch::zeros_like(h) : h;
+        auto cIn = reset ? torch::zeros_like(c) : c;
+        DecoderOutput d = I.model->decode(torch::tensor({{input}}, dev), hIn, cIn, enc);
+        auto logits = d.logits[0][0].to(torch::kFloat32); // (V)
+        int64_t next;
+        if (opt.method == DecodeMethod::Beam)
+            next = t < static_cast<int>(forced.size()) ? forced[static_cast<size_t>(t)] : Tokenizer::kEnd;
+        else if (opt.method == DecodeMethod::Sample)
+            next = sampleToken(logits, opt, rng);
+        else
+            next = argmaxToken(logits);
+
+        DecoderStep step;
+        step.inputId = input;
+        step.inputWord = I.tok.word(input);
+        step.chosenId = next;
+        step.chosenWord = I.tok.word(next);
+        auto probs = torch::softmax(logits, -1);
+        logpSum += std::log(std::max(1e-30, probs[next].item<double>()));
+        auto [pv, pi] = probs.topk(std::min<int64_t>(std::max(1, opt.traceTopK), probs.size(0)));
+        for (int64_t k = 0; k < pv.size(0); ++k) {
+            const int64_t id = pi[k].item<int64_t>();
+            step.topK.push_back({id, I.tok.word(id), pv[k].item<float>()});
+        }
+        step.stateIn = layerStates(hIn, cIn, 0);
+        step.stateOut = layerStates(d.h, d.c, 0);
+        double replayDiff = 0;
+        Gates g = replayStep(*I.model, input, hIn.select(1, 0), cIn.select(1, 0), d.h.select(1, 0), d.c.select(1, 0), &replayDiff);
+        tr.checks.gateReplayMaxDiff = std::max(tr.checks.gateReplayMaxDiff, replayDiff);
+        step.inputGate = toVector(g.i);
+        step.forgetGate = toVector(g.f);
+        step.cellGate = toVector(g.g);
+        step.outputGate = toVector(g.o);
+        if (d.attention.defined())
+            step.attention = toVector(d.attention[0][0]);
+        step.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        tr.steps.push_back(std::move(step));
+
+        inputs.push_back(input);
+        stepLogits.push_back(logits);
+        statesIn.push_back(torch::stack({hIn.select(1, 0), cIn.select(1, 0)}));
+        statesOut.push_back(torch::stack({d.h.select(1, 0), d.c.select(1, 0)}));
+        h = d.h;
+        c = d.c;
+        if (next == Tokenizer::kEnd)
+            break;
+        r.ids.push_back(next);
+        input = next;
+    }
+    r.text = I.tok.decode(r.ids);
+    r.score = tr.steps.empty() ? 0 : logpSum / static_cast<double>(tr.steps.size());
+
+    // The three checks.
+    TraceChecks& ck = tr.checks;
+    ck.handoffMaxDiff = std::max(maxAbsDiff(h0, enc.h), maxAbsDiff(c0, enc.c));
+    ck.handoffEqual = ck.handoffMaxDiff == 0.0;
+    ck.carriedMaxDiff = 0;
+    for (size_t t = 1; t < statesIn.size(); ++t)
+        ck.carriedMaxDiff = std::max(ck.carriedMaxDiff, maxAbsDiff(statesIn[t], statesOut[t - 1]));
+    ck.stateCarried = ck.carriedMaxDiff == 0.0;
+    // Reference: the same tokens in one teacher-forced pass, started from the encoder's state.
+    auto reference = I.model->decode(torch::tensor(inputs, dev).unsqueeze(0), enc.h, enc.c, enc).logits[0]; // (T, V)
+    ck.teacherForcedMaxDiff = maxAbsDiff(torch::stack(stepLogits), reference.to(torch::kFloat32));
+    ck.teacherForcedEqual = ck.teacherForcedMaxDiff <= TraceChecks::kLogitTolerance;
+    return r;
+}
+
+std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, const DecodeOptions& opt) const
+{
+    Impl& I = *m_impl;
+    std::vector<Reply> replies(texts.size());
+    if (texts.empty())
+        return replies;
+    torch::NoGradGuard noGrad;
+    I.model->eval();
+    const auto dev = torch::TensorOptions().device(I.device);
+    const int64_t N = static_cast<int64_t>(texts.size());
+    std::vector<std::vector<int64_t>> ids;
+    int64_t S = 1;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        Encoded info;
+        ids.push_back(sourceIds(I.tok, I.cfg.model, texts[i], &info));
+        replies[i].trace.inputIds = ids.back();
+        replies[i].trace.inputWords = info.words;
+        replies[i].trace.unknownWords = info.unknown;
+        replies[i].trace.handoff = opt.handoff;
+        S = std::max<int64_t>(S, static_cast<int64_t>(ids.back().size()));
+    }
+    auto src = torch::zeros({N, S}, torch::kInt64);
+    auto len = torch::zeros({N}, torch::kInt64);
+    for (int64_t i = 0; i < N; ++i) {
+        const auto& v = ids[static_cast<size_t>(i)];
+        for (size_t k = 0; k < v.size(); ++k)
+            src[i][static_cast<int64_t>(k)] = v[k];
+        len[i] = static_cast<int64_t>(v.size());
+    }
+    const EncoderOutput enc = I.model->encode(src.to(I.device), len);
+    const bool zero = opt.handoff == HandoffMode::ZeroInit;
+    auto h = zero ? torch::zeros_like(enc.h) : enc.h;
+    auto c = zero ? torch::zeros_like(enc.c) : enc.c;
+    for (int64_t i = 0; i < N; ++i) {
+        replies[static_cast<size_t>(i)].trace.encoderFinal = layerStates(enc.h, enc.c, i);
+        replies[static_cast<size_t>(i)].trace.device = I.device.str();
+    }
+    const int limit = I.cfg.model.maxTargetLength - 1;
+    const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
+    auto input = torch::full({N, 1}, Tokenizer::kStart, dev.dtype(torch::kInt64));
+    std::vector<bool> done(texts.size(), false);
+    for (int t = 0; t < maxSteps; ++t) {
+        if (opt.handoff == HandoffMode::ResetEachStep && t > 0) {
+            h = torch::zeros_like(h);
+            c = torch::zeros_like(c);
+        }
+        DecoderOutput d = I.model->decode(input, h, c, enc);
+        auto logits = d.logits.squeeze(1).to(torch::kFloat32).clone(); // (N, V)
+        logits.select(1, Tokenizer::kPad).fill_(-INFINITY);
+        logits.select(1, Tokenizer::kStart).fill_(-INFINITY);
+        auto next = logits.argmax(-1).cpu(); // (N)
+        bool all = true;
+        for (int64_t i = 0; i < N; ++i) {
+            auto& rep = replies[static_cast<size_t>(i)];
+            const int64_t tok = next[i].item<int64_t>();
+            if (!done[static_cast<size_t>(i)]) {
+                if (tok == Tokenizer::kEnd)
+                    done[static_cast<size_t>(i)] = true;
+                else
+                    rep.ids.push_back(tok);
+            }
+            all = all && done[static_cast<size_t>(i)];
+        }
+        h = d.h;
+        c = d.c;
+        input = next.unsqueeze(1).to(I.device);
+        if (all)
+            break;
+    }
+    for (auto& rep : replies)
+        rep.text = I.tok.decode(rep.ids);
+    return replies;
+}
+
+std::string toJson(const Reply& r, int indent)
+{
+    using nlohmann::ordered_json;
+    auto layers = [](const std::vector<LayerState>& v) {
+        ordered_json a = ordered_json::array();
+        for (const auto& s : v)
+            a.push_back({{"h", s.h}, {"c", s.c}});
+        return a;
+    };
+    const StateTrace& t = r.trace;
+    ordered_json j;
+    j["reply"] = r.text;
+    j["ids"] = r.ids;
+    j["score"] = r.score;
+    ordered_json tj;
+    tj["device"] = t.device;
+    tj["handoff"] = handoffModeName(t.handoff);
+    tj["layers"] = t.layers;
+    tj["hidden"] = t.hidden;
+    tj["input_ids"] = t.inputIds;
+    tj["input_words"] = t.inputWords;
+    tj["unknown_words"] = t.unknownWords;
+    tj["encoder_final"] = layers(t.encoderFinal);
+    tj["encoder_top_h"] = t.encoderTopH;
+    tj["decoder_initial"] = layers(t.decoderInitial);
+    ordered_json steps = ordered_json::array();
+    for (const auto& s : t.steps) {
+        ordered_json top = ordered_json::array();
+        for (const auto& k : s.topK)
+            top.push_back({{"id", k.id}, {"word", k.word}, {"p", k.probability}});
+        ordered_json sj = {{"input_id", s.inputId}, {"input", s.inputWord}, {"chosen_id", s.chosenId}, {"chosen", s.chosenWord},
+            {"top_k", top}, {"state_in", layers(s.stateIn)}, {"state_out", layers(s.stateOut)},
+            {"gates", {{"input", s.inputGate}, {"forget", s.forgetGate}, {"cell", s.cellGate}, {"output", s.outputGate}}},
+            {"ms", s.milliseconds}};
+        if (!s.attention.empty())
+            sj["attention"] = s.attention;
+        steps.push_back(std::move(sj));
+    }
+    tj["steps"] = steps;
+    const auto& c = t.checks;
+    tj["checks"] = {{"handoff_equal", c.handoffEqual}, {"handoff_max_diff", c.handoffMaxDiff},
+        {"state_carried", c.stateCarried}, {"carried_max_diff", c.carriedMaxDiff},
+        {"teacher_forced_equal", c.teacherForcedEqual}, {"teacher_forced_max_diff", c.teacherForcedMaxDiff},
+        {"gate_replay_max_diff", c.gateReplayMaxDiff}};
+    j["trace"] = tj;
+    return j.dump(indent);
+}
+
+} // namespace chatbench

@@ -1,0 +1,390 @@
+#include "chatbench/corpus.h"
+
+#include "chatbench/error.h"
+#include "text.h"
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+
+namespace fs = std::filesystem;
+
+namespace chatbench {
+
+std::string formatName(CorpusFormat format)
+{
+    switch (format) {
+    case CorpusFormat::Auto: return "auto";
+    case CorpusFormat::ChatterbotYaml: return "yaml";
+    case CorpusFormat::Tsv: return "tsv";
+    case CorpusFormat::Jsonl: return "jsonl";
+    case CorpusFormat::Cornell: return "cornell";
+    case CorpusFormat::DialogText: return "dialog";
+    }
+    return "auto";
+}
+
+std::optional<CorpusFormat> parseFormat(const std::string& name)
+{
+    for (auto f : {CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
+             CorpusFormat::Cornell, CorpusFormat::DialogText})
+        if (formatName(f) == name)
+            return f;
+    return std::nullopt;
+}
+
+namespace {
+
+std::string lower(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
+bool isYamlName(const fs::path& p)
+{
+    const auto ext = lower(p.extension().string());
+    return ext == ".yml" || ext == ".yaml";
+}
+
+// Adds consecutive turns of one dialog as pairs.
+void addTurns(Corpus& corpus, const std::vector<std::pair<std::string, long>>& turns, const std::string& file)
+{
+    for (size_t i = 0; i + 1 < turns.size(); ++i) {
+        if (turns[i].first.empty() || turns[i + 1].first.empty())
+            continue;
+        corpus.pairs.push_back({turns[i].first, turns[i + 1].first, file, turns[i].second});
+    }
+}
+
+void loadYamlFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+{
+    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    if (text::trim(text).empty())
+        throw Error(file, 0, "file is empty");
+    YAML::Node root;
+    try {
+        root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+        throw Error(file, e.mark.line + 1, "YAML: " + e.msg);
+    }
+    if (!root.IsMap() || !root["conversations"])
+        throw Error(file, 1, "expected a 'conversations:' key (chatterbot corpus format)");
+    const YAML::Node convs = root["conversations"];
+    if (!convs.IsSequence())
+        throw Error(file, convs.Mark().line + 1, "'conversations' must be a list of lists");
+    const size_t before = corpus.pairs.size();
+    for (const YAML::Node& conv : convs) {
+        const long line = conv.Mark().line + 1;
+        if (!conv.IsSequence())
+            throw Error(file, line, "each conversation must be a list of turns");
+        std::vector<std::pair<std::string, long>> turns;
+        for (const YAML::Node& turn : conv) {
+            const long tline = turn.Mark().line + 1;
+            if (turn.IsNull())
+                continue;
+            if (!turn.IsScalar())
+                throw Error(file, tline, "a turn must be text, not a list or a map");
+            turns.emplace_back(text::trim(turn.Scalar()), tline);
+        }
+        if (turns.size() < 2)
+            corpus.warnings.push_back(file + ":" + std::to_string(line) + ": conversation with fewer than two turns skipped");
+        addTurns(corpus, turns, file);
+    }
+    if (corpus.pairs.size() == before)
+        corpus.warnings.push_back(file + ": no pairs");
+}
+
+void loadTsvFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+{
+    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    long line = 0;
+    for (std::string_view l : text::splitLines(text)) {
+        ++line;
+        if (text::trim(l).empty() || l.front() == '#')
+            continue;
+        const size_t tab = l.find('\t');
+        if (tab == std::string_view::npos)
+            throw Error(file, line, "expected 'prompt<TAB>response', found no tab");
+        if (l.find('\t', tab + 1) != std::string_view::npos)
+            throw Error(file, line, "expected exactly two tab-separated columns");
+        std::string p = text::trim(l.substr(0, tab));
+        std::string r = text::trim(l.substr(tab + 1));
+        if (p.empty() || r.empty())
+            throw Error(file, line, "empty prompt or response");
+        corpus.pairs.push_back({std::move(p), std::move(r), file, line});
+    }
+}
+
+void loadJsonlFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+{
+    using nlohmann::json;
+    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    long line = 0;
+    for (std::string_view l : text::splitLines(text)) {
+        ++line;
+        if (text::trim(l).empty())
+            continue;
+        json j;
+        try {
+            j = json::parse(l);
+        } catch (const json::parse_error& e) {
+            throw Error(file, line, std::string("JSON: ") + e.what());
+        }
+        if (!j.is_object())
+            throw Error(file, line, "expected a JSON object");
+        if (j.contains("prompt") || j.contains("response")) {
+            if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response") || !j["response"].is_string())
+                throw Error(file, line, "'prompt' and 'response' must both be strings");
+            std::string p = text::trim(j["prompt"].get<std::string>());
+            std::string r = text::trim(j["response"].get<std::string>());
+            if (p.empty() || r.empty())
+                throw Error(file, line, "empty prompt or response");
+            corpus.pairs.push_back({std::move(p), std::move(r), file, line});
+        } else if (j.contains("messages")) {
+            const json& msgs = j["messages"];
+            if (!msgs.is_array())
+                throw Error(file, line, "'messages' must be a list");
+            std::vector<std::pair<std::string, long>> turns;
+            for (const json& m : msgs) {
+                std::string content;
+                if (m.is_string()) {
+                    content = m.get<std::string>();
+                } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
+                    if (m.value("role", std::string()) == "system")
+                        continue;
+                    content = m["content"].get<std::string>();
+                } else {
+                    throw Error(file, line, "each message must be a string or an object with a string 'content'");
+                }
+                turns.emplace_back(text::trim(content), line);
+            }
+            addTurns(corpus, turns, file);
+        } else {
+            throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
+        }
+    }
+}
+
+void loadDialogFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+{
+    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    std::vector<std::pair<std::string, long>> turns;
+    long line = 0;
+    for (std::string_view l : text::splitLines(text)) {
+        ++line;
+        std::string t = text::trim(l);
+        if (t.empty()) {
+            addTurns(corpus, turns, file);
+            turns.clear();
+        } else {
+            turns.emplace_back(std::move(t), line);
+        }
+    }
+    addTurns(corpus, turns, file);
+}
+
+// Cornell Movie-Dialogs: fields separated by " +++$+++ ", Latin-1 text.
+std::vector<std::string> cornellFields(std::string_view line)
+{
+    static const std::string sep = " +++$+++ ";
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (true) {
+        const size_t pos = line.find(sep, start);
+        if (pos == std::string_view::npos) {
+            out.emplace_back(line.substr(start));
+            break;
+        }
+        out.emplace_back(line.substr(start, pos - start));
+        start = pos + sep.size();
+    }
+    return out;
+}
+
+void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
+{
+    (void)opt; // the corpus is Latin-1 by definition
+    const std::string linesFile = (dir / "movie_lines.txt").string();
+    const std::string convFile = (dir / "movie_conversations.txt").string();
+    std::map<std::string, std::pair<std::string, long>> lines;
+    {
+        const std::string text = text::normalise(linesFile, text::readFile(linesFile), true);
+        long n = 0;
+        for (std::string_view l : text::splitLines(text)) {
+            ++n;
+            if (text::trim(l).empty())
+                continue;
+            auto f = cornellFields(l);
+            if (f.size() != 5)
+                throw Error(linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
+            lines[text::trim(f[0])] = {text::trim(f[4]), n};
+        }
+    }
+    const std::string text = text::normalise(convFile, text::readFile(convFile), true);
+    long n = 0;
+    for (std::string_view l : text::splitLines(text)) {
+        ++n;
+        if (text::trim(l).empty())
+            continue;
+        auto f = cornellFields(l);
+        if (f.size() != 4)
+            throw Error(convFile, n, "expected 4 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
+        const std::string& ids = f[3];
+        const size_t open = ids.find('['), close = ids.rfind(']');
+        if (open == std::string::npos || close == std::string::npos || close < open)
+            throw Error(convFile, n, "expected a list of line ids like ['L1', 'L2']");
+        std::vector<std::pair<std::string, long>> turns;
+        std::string cur;
+        bool inQuote = false;
+        for (size_t i = open + 1; i < close; ++i) {
+            const char ch = ids[i];
+            if (ch == '\'' || ch == '"') {
+                if (inQuote) {
+                    auto it = lines.find(cur);
+                    if (it == lines.end())
+                        throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
+                    turns.emplace_back(it->second.first, it->second.second);
+                    cur.clear();
+                }
+                inQuote = !inQuote;
+            } else if (inQuote) {
+                cur.push_back(ch);
+            }
+        }
+        for (auto& t : turns)
+            t.second = n;
+        addTurns(corpus, turns, convFile);
+    }
+    corpus.files = {linesFile, convFile};
+}
+
+CorpusFormat sniffFile(const fs::path& p)
+{
+    const std::string ext = lower(p.extension().string());
+    if (ext == ".yml" || ext == ".yaml")
+        return CorpusFormat::ChatterbotYaml;
+    if (ext == ".jsonl" || ext == ".json" || ext == ".ndjson")
+        return CorpusFormat::Jsonl;
+    if (ext == ".tsv")
+        return CorpusFormat::Tsv;
+    // By content: look at the first non-empty lines.
+    std::string head = text::readFile(p.string()).substr(0, 64 * 1024);
+    if (head.size() >= 3 && head.compare(0, 3, "\xEF\xBB\xBF") == 0)
+        head.erase(0, 3);
+    int lines = 0, tabbed = 0;
+    for (std::string_view l : text::splitLines(head)) {
+        std::string t = text::trim(l);
+        if (t.empty() || t[0] == '#')
+            continue;
+        if (lines == 0 && t[0] == '{')
+            return CorpusFormat::Jsonl;
+        if (t.rfind("conversations:", 0) == 0 || t.rfind("categories:", 0) == 0)
+            return CorpusFormat::ChatterbotYaml;
+        ++lines;
+        if (l.find('\t') != std::string_view::npos)
+            ++tabbed;
+    }
+    if (lines > 0 && tabbed * 2 > lines)
+        return CorpusFormat::Tsv;
+    return CorpusFormat::DialogText;
+}
+
+} // namespace
+
+CorpusFormat detectFormat(const std::string& path)
+{
+    const fs::path p(path);
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+        throw Error(path, 0, "no such file or folder");
+    if (fs::is_directory(p, ec)) {
+        if (fs::exists(p / "movie_lines.txt") && fs::exists(p / "movie_conversations.txt"))
+            return CorpusFormat::Cornell;
+        for (const auto& e : fs::directory_iterator(p, ec))
+            if (e.is_regular_file() && isYamlName(e.path()))
+                return CorpusFormat::ChatterbotYaml;
+        throw Error(path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
+    }
+    if (fs::file_size(p, ec) == 0)
+        throw Error(path, 0, "file is empty");
+    return sniffFile(p);
+}
+
+Corpus loadCorpus(const std::string& path, const LoadOptions& options)
+{
+    Corpus corpus;
+    corpus.format = options.format == CorpusFormat::Auto ? detectFormat(path) : options.format;
+    const fs::path p(path);
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+        throw Error(path, 0, "no such file or folder");
+    const bool isDir = fs::is_directory(p, ec);
+
+    if (corpus.format == CorpusFormat::Cornell) {
+        if (!isDir)
+            throw Error(path, 0, "the Cornell format is a folder with movie_lines.txt and movie_conversations.txt");
+        loadCornell(corpus, p, options);
+    } else if (isDir) {
+        if (corpus.format != CorpusFormat::ChatterbotYaml)
+            throw Error(path, 0, "only chatterbot YAML and Cornell corpora can be folders");
+        std::vector<fs::path> files;
+        for (const auto& e : fs::recursive_directory_iterator(p, ec))
+            if (e.is_regular_file() && isYamlName(e.path()))
+                files.push_back(e.path());
+        std::sort(files.begin(), files.end());
+        for (const auto& f : files) {
+            // In a folder an empty file is skipped with a warning rather than failing the lot.
+            if (fs::file_size(f, ec) == 0) {
+                corpus.warnings.push_back(f.string() + ": empty file skipped");
+                continue;
+            }
+            loadYamlFile(corpus, f.string(), options);
+            corpus.files.push_back(f.string());
+        }
+    } else {
+        if (fs::file_size(p, ec) == 0)
+            throw Error(path, 0, "file is empty");
+        switch (corpus.format) {
+        case CorpusFormat::ChatterbotYaml: loadYamlFile(corpus, path, options); break;
+        case CorpusFormat::Tsv: loadTsvFile(corpus, path, options); break;
+        case CorpusFormat::Jsonl: loadJsonlFile(corpus, path, options); break;
+        case CorpusFormat::DialogText: loadDialogFile(corpus, path, options); break;
+        default: break;
+        }
+        corpus.files.push_back(path);
+    }
+    if (corpus.pairs.empty())
+        throw Error(path, 0, "no prompt/response pairs found (format " + formatName(corpus.format) + ")");
+    return corpus;
+}
+
+Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed)
+{
+    std::vector<size_t> idx(pairs.size());
+    for (size_t i = 0; i < idx.size(); ++i)
+        idx[i] = i;
+    // std::shuffle's algorithm is unspecified; a hand-rolled Fisher–Yates keeps splits stable
+    // across standard libraries.
+    std::mt19937_64 rng(seed);
+    for (size_t i = idx.size(); i > 1; --i)
+        std::swap(idx[i - 1], idx[rng() % i]);
+    size_t nVal = static_cast<size_t>(validationFraction * static_cast<double>(pairs.size()) + 0.5);
+    if (validationFraction > 0 && nVal == 0 && pairs.size() >= 2)
+        nVal = 1;
+    if (nVal >= pairs.size())
+        nVal = pairs.size() > 1 ? pairs.size() - 1 : 0;
+    std::vector<bool> isVal(pairs.size(), false);
+    for (size_t i = 0; i < nVal; ++i)
+        isVal[idx[i]] = true;
+    Split s;
+    for (size_t i = 0; i < pairs.size(); ++i)
+        (isVal[i] ? s.validation : s.train).push_back(pairs[i]);
+    return s;
+}
+
+} // namespace chatbench

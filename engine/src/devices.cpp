@@ -1,0 +1,229 @@
+#include "chatbench/devices.h"
+
+#include "chatbench/error.h"
+#include "torchutil.h"
+
+#include <ATen/autocast_mode.h>
+#include <ATen/Config.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <unistd.h>
+
+#if __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+#define CHATBENCH_HAVE_CUDART 1
+#endif
+
+namespace chatbench {
+
+namespace {
+
+std::string cpuModel()
+{
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) {
+            const auto pos = line.find(':');
+            return pos == std::string::npos ? line : line.substr(pos + 2);
+        }
+    return "CPU";
+}
+
+int64_t ramBytes()
+{
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long size = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
+}
+
+// Runs one forward + backward of a tiny LSTM in the given precision; the exception text is the
+// reason when the pair does not work.
+PrecisionSupport probe(const torch::Device& device, Precision p)
+{
+    PrecisionSupport s{p, false, {}};
+    if (device.is_cpu() && p == Precision::FP16) {
+        s.reason = "fp16 needs a CUDA GPU (on CPU use bf16)";
+        return s;
+    }
+    try {
+        torch::manual_seed(0);
+        torch::nn::LSTM lstm(torch::nn::LSTMOptions(8, 8).batch_first(true));
+        lstm->to(device);
+        auto x = torch::randn({2, 3, 8}, torch::TensorOptions().device(device));
+        AutocastScope autocast(device, p);
+        auto out = std::get<0>(lstm->forward(x));
+        out.sum().backward();
+        s.supported = true;
+    } catch (const std::exception& e) {
+        std::string what = e.what();
+        const auto nl = what.find('\n');
+        s.reason = what.substr(0, nl);
+    }
+    return s;
+}
+
+} // namespace
+
+AutocastScope::AutocastScope(const torch::Device& device, Precision p)
+    : m_type(device.type())
+{
+    if (p == Precision::FP32)
+        return;
+    m_active = true;
+    m_wasEnabled = at::autocast::is_autocast_enabled(m_type);
+    m_oldType = at::autocast::get_autocast_dtype(m_type);
+    at::autocast::set_autocast_enabled(m_type, true);
+    at::autocast::set_autocast_dtype(m_type, scalarType(p));
+}
+
+AutocastScope::~AutocastScope()
+{
+    if (!m_active)
+        return;
+    at::autocast::set_autocast_enabled(m_type, m_wasEnabled);
+    at::autocast::set_autocast_dtype(m_type, m_oldType);
+    at::autocast::clear_cache();
+}
+
+c10::ScalarType scalarType(Precision p)
+{
+    switch (p) {
+    case Precision::BF16: return torch::kBFloat16;
+    case Precision::FP16: return torch::kHalf;
+    default: return torch::kFloat32;
+    }
+}
+
+torch::Device parseDevice(const std::string& name)
+{
+    if (name == "cpu")
+        return torch::Device(torch::kCPU);
+    if (name == "cuda")
+        return torch::Device(torch::kCUDA, 0);
+    if (name.rfind("cuda:", 0) == 0) {
+        const std::string idx = name.substr(5);
+        if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)
+            return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(idx)));
+    }
+    throw Error("unknown device '" + name + "' (use cpu, cuda or cuda:N)");
+}
+
+std::vector<DeviceInfo> listDevices()
+{
+    static std::mutex mutex;
+    static std::map<std::string, std::vector<PrecisionSupport>> cache;
+    std::lock_guard lock(mutex);
+    auto probed = [&](const std::string& id, const torch::Device& dev) {
+        auto it = cache.find(id);
+        if (it == cache.end()) {
+            std::vector<PrecisionSupport> v;
+            for (auto p : {Precision::FP32, Precision::BF16, Precision::FP16})
+                v.push_back(probe(dev, p));
+            it = cache.emplace(id, std::move(v)).first;
+        }
+        return it->second;
+    };
+
+    std::vector<DeviceInfo> out;
+    DeviceInfo cpu;
+    cpu.id = "cpu";
+    cpu.name = cpuModel();
+    cpu.memoryBytes = ramBytes();
+    cpu.threads = torch::get_num_threads();
+    cpu.precisions = probed("cpu", torch::Device(torch::kCPU));
+    out.push_back(cpu);
+
+    const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    for (int i = 0; i < n; ++i) {
+        DeviceInfo d;
+        d.id = "cuda:" + std::to_string(i);
+        d.name = "CUDA device " + std::to_string(i);
+#ifdef CHATBENCH_HAVE_CUDART
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+            d.name = prop.name;
+            d.memoryBytes = static_cast<int64_t>(prop.totalGlobalMem);
+        }
+#endif
+        d.precisions = probed(d.id, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)));
+        out.push_back(d);
+    }
+    return out;
+}
+
+ResolvedDevice resolveDevice(const std::string& name, Precision precision)
+{
+    const torch::Device dev = parseDevice(name);
+    ResolvedDevice r{dev.is_cpu() ? "cpu" : "cuda:" + std::to_string(dev.index()), precision, {}};
+    if (dev.is_cuda()) {
+        const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+        if (n == 0) {
+            r.device = "cpu";
+            r.note = "no CUDA device is available (" + std::string(torch::cuda::is_available() ? "" : "CUDA reports none") + "); using cpu";
+        } else if (dev.index() >= n) {
+            r.device = "cpu";
+            r.note = name + " does not exist (" + std::to_string(n) + " CUDA device(s)); using cpu";
+        }
+    }
+    for (const auto& d : listDevices()) {
+        if (d.id != r.device)
+            continue;
+        for (const auto& s : d.precisions)
+            if (s.precision == r.precision && !s.supported) {
+                r.note += std::string(r.note.empty() ? "" : "; ") + precisionName(r.precision) + " is not supported on "
+                    + r.device + " (" + s.reason + "); using fp32";
+                r.precision = Precision::FP32;
+            }
+    }
+    return r;
+}
+
+EnvironmentInfo environmentInfo()
+{
+    EnvironmentInfo e;
+    e.torchVersion = TORCH_VERSION;
+    const auto& hooks = at::detail::getCUDAHooks();
+    e.cudaBuilt = hooks.isBuilt();
+    e.cudaAvailable = torch::cuda::is_available();
+    e.cudaDeviceCount = e.cudaAvailable ? static_cast<int>(torch::cuda::device_count()) : 0;
+    e.buildConfig = at::show_config();
+    auto grab = [&](const std::string& key) {
+        // show_config() lines look like "  - CUDA Runtime 13.0" / "  - CuDNN 91.0" / "  - MKL-DNN v3.7.1 ..."
+        const auto pos = e.buildConfig.find(key);
+        if (pos == std::string::npos)
+            return std::string();
+        const auto end = e.buildConfig.find('\n', pos);
+        return e.buildConfig.substr(pos + key.size(), end - pos - key.size());
+    };
+    auto dotted = [](long v, long major, long minor) {
+        return std::to_string(v / major) + "." + std::to_string(v % major / minor) + "." + std::to_string(v % minor);
+    };
+    if (e.cudaBuilt) {
+        try {
+            e.cudaVersion = dotted(hooks.versionCUDART(), 1000, 10);
+            e.cudnnVersion = dotted(hooks.versionCuDNN(), 10000, 100);
+        } catch (const std::exception&) {
+            // versions stay empty: doctor prints "unknown"
+        }
+    }
+    e.onednnVersion = grab("Intel(R) MKL-DNN ");
+    if (e.onednnVersion.empty())
+        e.onednnVersion = grab("oneDNN ");
+    e.threads = torch::get_num_threads();
+    e.interopThreads = torch::get_num_interop_threads();
+    return e;
+}
+
+void setThreads(int threads)
+{
+    if (threads > 0)
+        torch::set_num_threads(threads);
+}
+
+} // namespace chatbench

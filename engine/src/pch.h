@@ -1,0 +1,3 @@
+#pragma once
+// Precompiled header for the engine's LibTorch sources.
+#include <torch/torch.h>

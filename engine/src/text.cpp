@@ -1,0 +1,147 @@
+#include "text.h"
+
+#include "chatbench/error.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace chatbench::text {
+
+std::string readFile(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw Error(path, 0, "cannot open file");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad())
+        throw Error(path, 0, "read error");
+    return ss.str();
+}
+
+size_t invalidUtf8Offset(std::string_view s)
+{
+    size_t i = 0;
+    const size_t n = s.size();
+    while (i < n) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        size_t len = 0;
+        unsigned cp = 0;
+        if (b < 0x80) {
+            ++i;
+            continue;
+        } else if ((b & 0xE0) == 0xC0) {
+            len = 2;
+            cp = b & 0x1F;
+        } else if ((b & 0xF0) == 0xE0) {
+            len = 3;
+            cp = b & 0x0F;
+        } else if ((b & 0xF8) == 0xF0) {
+            len = 4;
+            cp = b & 0x07;
+        } else {
+            return i;
+        }
+        if (i + len > n)
+            return i;
+        for (size_t k = 1; k < len; ++k) {
+            const auto cb = static_cast<unsigned char>(s[i + k]);
+            if ((cb & 0xC0) != 0x80)
+                return i;
+            cp = (cp << 6) | (cb & 0x3F);
+        }
+        // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
+            || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+            return i;
+        i += len;
+    }
+    return std::string_view::npos;
+}
+
+std::string latin1ToUtf8(std::string_view bytes)
+{
+    std::string out;
+    out.reserve(bytes.size() + bytes.size() / 8);
+    for (char ch : bytes) {
+        const auto b = static_cast<unsigned char>(ch);
+        if (b < 0x80) {
+            out.push_back(ch);
+        } else {
+            out.push_back(static_cast<char>(0xC0 | (b >> 6)));
+            out.push_back(static_cast<char>(0x80 | (b & 0x3F)));
+        }
+    }
+    return out;
+}
+
+long lineOfOffset(std::string_view bytes, size_t offset)
+{
+    long line = 1;
+    for (size_t i = 0; i < offset && i < bytes.size(); ++i)
+        if (bytes[i] == '\n')
+            ++line;
+    return line;
+}
+
+std::string normalise(const std::string& file, std::string bytes, bool latin1)
+{
+    if (bytes.size() >= 3 && bytes.compare(0, 3, "\xEF\xBB\xBF") == 0)
+        bytes.erase(0, 3);
+    std::string out;
+    out.reserve(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) {
+        if (bytes[i] == '\r') {
+            out.push_back('\n');
+            if (i + 1 < bytes.size() && bytes[i + 1] == '\n')
+                ++i;
+        } else {
+            out.push_back(bytes[i]);
+        }
+    }
+    if (latin1) {
+        out = latin1ToUtf8(out);
+    } else if (const size_t bad = invalidUtf8Offset(out); bad != std::string_view::npos) {
+        throw Error(file, lineOfOffset(out, bad),
+            "invalid UTF-8 (byte " + std::to_string(bad) + "); if the file is Latin-1, load it with the Latin-1 option");
+    }
+    size_t start = 0;
+    long line = 1;
+    while (start <= out.size()) {
+        size_t end = out.find('\n', start);
+        if (end == std::string::npos)
+            end = out.size();
+        if (end - start > kMaxLineBytes)
+            throw Error(file, line,
+                "line is " + std::to_string(end - start) + " bytes long; the limit is " + std::to_string(kMaxLineBytes));
+        start = end + 1;
+        ++line;
+    }
+    return out;
+}
+
+std::vector<std::string_view> splitLines(std::string_view text)
+{
+    std::vector<std::string_view> lines;
+    size_t start = 0;
+    while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string_view::npos)
+            end = text.size();
+        lines.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return lines;
+}
+
+std::string trim(std::string_view s)
+{
+    const char* ws = " \t\n\r\f\v";
+    const size_t b = s.find_first_not_of(ws);
+    if (b == std::string_view::npos)
+        return {};
+    const size_t e = s.find_last_not_of(ws);
+    return std::string(s.substr(b, e - b + 1));
+}
+
+} // namespace chatbench::text

@@ -1,0 +1,35 @@
+#pragma once
+// Byte-level text helpers shared by the corpus loaders and the tokenizer (private).
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chatbench::text {
+
+// Longest line a loader accepts; longer ones are an error naming the line.
+inline constexpr size_t kMaxLineBytes = 64 * 1024;
+
+// Reads a whole file. Throws Error(file) when it cannot be opened.
+std::string readFile(const std::string& path);
+
+// Offset of the first byte that is not valid UTF-8, or npos.
+size_t invalidUtf8Offset(std::string_view bytes);
+
+// Latin-1 bytes to UTF-8.
+std::string latin1ToUtf8(std::string_view bytes);
+
+// 1-based line number of byte `offset` in `bytes`.
+long lineOfOffset(std::string_view bytes, size_t offset);
+
+// Normalises a file's bytes for the line-based loaders: strips a UTF-8 BOM, turns CRLF and
+// lone CR into LF, checks UTF-8 (or converts from Latin-1 when `latin1`), and checks that no
+// line is absurdly long. Throws Error(file, line) naming the first bad line.
+std::string normalise(const std::string& file, std::string bytes, bool latin1);
+
+// Splits on '\n'; a trailing newline does not make an empty last line.
+std::vector<std::string_view> splitLines(std::string_view text);
+
+std::string trim(std::string_view s);
+
+} // namespace chatbench::text

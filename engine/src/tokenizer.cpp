@@ -1,0 +1,210 @@
+#include "chatbench/tokenizer.h"
+
+#include "atomicfile.h"
+#include "chatbench/error.h"
+#include "text.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace chatbench {
+
+namespace {
+
+// Keras' Tokenizer default `filters` argument.
+constexpr std::string_view kKerasFilters = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n";
+
+const std::vector<std::string> kSpecials = {"<pad>", "<unk>", "<start>", "<end>"};
+
+std::string asciiLower(std::string s)
+{
+    for (char& ch : s)
+        if (ch >= 'A' && ch <= 'Z')
+            ch = static_cast<char>(ch - 'A' + 'a');
+    return s;
+}
+
+bool isWordByte(unsigned char b)
+{
+    return std::isalnum(b) || b >= 0x80;
+}
+
+} // namespace
+
+std::string tokenizerModeName(TokenizerMode mode)
+{
+    return mode == TokenizerMode::Keras ? "keras" : "punct";
+}
+
+std::vector<std::string> Tokenizer::split(const std::string& input) const
+{
+    const std::string s = asciiLower(input);
+    std::vector<std::string> out;
+    std::string cur;
+    auto flush = [&] {
+        if (!cur.empty())
+            out.push_back(std::move(cur));
+        cur.clear();
+    };
+    if (m_options.mode == TokenizerMode::Keras) {
+        for (char ch : s) {
+            if (ch == ' ' || kKerasFilters.find(ch) != std::string_view::npos)
+                flush();
+            else
+                cur.push_back(ch);
+        }
+        flush();
+        return out;
+    }
+    for (size_t i = 0; i < s.size(); ++i) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        if (isWordByte(b)) {
+            cur.push_back(s[i]);
+        } else if (s[i] == '\'' && !cur.empty() && i + 1 < s.size() && isWordByte(static_cast<unsigned char>(s[i + 1]))) {
+            cur.push_back(s[i]); // keep "don't" and "it's" whole
+        } else {
+            flush();
+            if (!std::isspace(b))
+                out.emplace_back(1, s[i]);
+        }
+    }
+    flush();
+    return out;
+}
+
+Tokenizer Tokenizer::build(const std::vector<Pair>& pairs, const TokenizerOptions& options)
+{
+    Tokenizer tok;
+    tok.m_options = options;
+    std::map<std::string, int64_t> counts;
+    for (const Pair& p : pairs) {
+        for (const auto& w : tok.split(p.prompt))
+            ++counts[w];
+        for (const auto& w : tok.split(p.response))
+            ++counts[w];
+    }
+    std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+    // Most frequent first; ties alphabetical so the ids do not depend on hash order.
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    tok.m_words = kSpecials;
+    for (const auto& [w, n] : sorted) {
+        if (n < options.minFrequency)
+            break;
+        if (options.maxSize > 0 && static_cast<int>(tok.m_words.size()) >= options.maxSize)
+            break;
+        tok.m_words.push_back(w);
+        tok.m_counts[w] = n;
+    }
+    for (size_t i = 0; i < tok.m_words.size(); ++i)
+        tok.m_ids[tok.m_words[i]] = static_cast<int64_t>(i);
+    return tok;
+}
+
+Encoded Tokenizer::encode(const std::string& text) const
+{
+    Encoded e;
+    e.words = split(text);
+    for (const auto& w : e.words) {
+        auto it = m_ids.find(w);
+        // Special-token spellings typed by a user are words like any other, not control tokens.
+        if (it == m_ids.end() || it->second < 4) {
+            e.ids.push_back(kUnk);
+            e.unknown.push_back(w);
+        } else {
+            e.ids.push_back(it->second);
+        }
+    }
+    return e;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids) const
+{
+    std::string out;
+    for (int64_t id : ids) {
+        if (id == kEnd)
+            break;
+        if (id == kPad || id == kStart)
+            continue;
+        const std::string& w = word(id);
+        const bool punct = w.size() == 1 && std::ispunct(static_cast<unsigned char>(w[0])) && w != "(" && w != "\"";
+        if (!out.empty() && !(m_options.mode == TokenizerMode::Punctuation && punct))
+            out.push_back(' ');
+        out += w;
+    }
+    return out;
+}
+
+const std::string& Tokenizer::word(int64_t id) const
+{
+    static const std::string unknown = "<unk>";
+    if (id < 0 || id >= size())
+        return unknown;
+    return m_words[static_cast<size_t>(id)];
+}
+
+int64_t Tokenizer::id(const std::string& w) const
+{
+    auto it = m_ids.find(w);
+    return it == m_ids.end() ? kUnk : it->second;
+}
+
+void Tokenizer::save(const std::string& path) const
+{
+    nlohmann::json j;
+    j["format"] = "chatbench-vocab";
+    j["version"] = 1;
+    j["mode"] = tokenizerModeName(m_options.mode);
+    j["min_frequency"] = m_options.minFrequency;
+    j["max_size"] = m_options.maxSize;
+    j["tokens"] = m_words;
+    writeFileAtomic(path, j.dump(1));
+}
+
+Tokenizer Tokenizer::load(const std::string& path)
+{
+    const std::string bytes = text::readFile(path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(bytes);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw Error(path, text::lineOfOffset(bytes, e.byte), std::string("JSON: ") + e.what());
+    }
+    if (!j.is_object() || j.value("format", "") != "chatbench-vocab")
+        throw Error(path, 1, "not a chatbench vocabulary file");
+    Tokenizer tok;
+    try {
+        const std::string mode = j.at("mode").get<std::string>();
+        if (mode != "keras" && mode != "punct")
+            throw Error(path, 0, "unknown tokenizer mode '" + mode + "'");
+        tok.m_options.mode = mode == "keras" ? TokenizerMode::Keras : TokenizerMode::Punctuation;
+        tok.m_options.minFrequency = j.at("min_frequency").get<int>();
+        tok.m_options.maxSize = j.at("max_size").get<int>();
+        tok.m_words = j.at("tokens").get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
+    }
+    if (tok.m_words.size() < kSpecials.size() || !std::equal(kSpecials.begin(), kSpecials.end(), tok.m_words.begin()))
+        throw Error(path, 0, "vocabulary must start with <pad>, <unk>, <start>, <end>");
+    for (size_t i = 0; i < tok.m_words.size(); ++i)
+        if (!tok.m_ids.emplace(tok.m_words[i], static_cast<int64_t>(i)).second)
+            throw Error(path, 0, "word '" + tok.m_words[i] + "' appears twice");
+    return tok;
+}
+
+double oovRate(const Tokenizer& tok, const std::vector<Pair>& pairs)
+{
+    int64_t total = 0, unknown = 0;
+    for (const Pair& p : pairs) {
+        for (const std::string* s : {&p.prompt, &p.response}) {
+            const Encoded e = tok.encode(*s);
+            total += static_cast<int64_t>(e.ids.size());
+            unknown += static_cast<int64_t>(e.unknown.size());
+        }
+    }
+    return total == 0 ? 0.0 : static_cast<double>(unknown) / static_cast<double>(total);
+}
+
+} // namespace chatbench

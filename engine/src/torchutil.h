@@ -1,0 +1,34 @@
+#pragma once
+// LibTorch helpers shared by the engine's sources (private: includes Torch).
+
+#include "chatbench/config.h"
+
+#include <torch/torch.h>
+
+namespace chatbench {
+
+// "cpu", "cuda", "cuda:N" → torch::Device. Throws Error for anything else.
+torch::Device parseDevice(const std::string& name);
+c10::ScalarType scalarType(Precision p);
+
+// Turns autocast on for one device type and precision for the scope's lifetime (fp32: nothing).
+class AutocastScope {
+public:
+    AutocastScope(const torch::Device& device, Precision p);
+    ~AutocastScope();
+    AutocastScope(const AutocastScope&) = delete;
+    AutocastScope& operator=(const AutocastScope&) = delete;
+
+private:
+    c10::DeviceType m_type;
+    bool m_active = false;
+    bool m_wasEnabled = false;
+    c10::ScalarType m_oldType = c10::ScalarType::Float;
+};
+
+// A tensor's values as a flat float vector (copied to the CPU).
+std::vector<float> toVector(const torch::Tensor& t);
+// Largest absolute element-wise difference.
+double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b);
+
+} // namespace chatbench

@@ -1,0 +1,401 @@
+#include "chatbench/trainer.h"
+
+#include "atomicfile.h"
+#include "batches.h"
+#include "chatbench/devices.h"
+#include "chatbench/error.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "text.h"
+#include "torchutil.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace chatbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0)
+{
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, std::vector<torch::Tensor> params)
+{
+    switch (cfg.optimizer) {
+    case OptimizerKind::Adam:
+        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(cfg.learningRate));
+    case OptimizerKind::RMSprop:
+        // Keras' RMSprop defaults: rho 0.9, epsilon 1e-7.
+        return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(cfg.learningRate).alpha(0.9).eps(1e-7));
+    case OptimizerKind::SGD:
+        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(cfg.learningRate));
+    }
+    throw Error("unknown optimizer");
+}
+
+// Everything one training call works on.
+struct Session {
+    TrainConfig cfg;
+    std::string runDir;
+    torch::Device device{torch::kCPU};
+    Precision precision = Precision::FP32;
+    Tokenizer tok;
+    std::vector<Example> train;
+    std::vector<Example> validation;
+    Seq2Seq model{nullptr};
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    RunState state;
+};
+
+// Masked cross-entropy summed over real target tokens; `correct` gets the argmax hits.
+torch::Tensor lossSum(Session& s, const Batch& batch, bool training, double teacherForcing, int64_t* correct)
+{
+    AutocastScope autocast(s.device, s.precision);
+    EncoderOutput enc = s.model->encode(batch.source, batch.lengths);
+    torch::Tensor logits; // (B, T, V)
+    if (!training || teacherForcing >= 1.0) {
+        logits = s.model->decode(batch.input, enc.h, enc.c, enc).logits;
+    } else {
+        // Scheduled sampling: each step feeds the true token with probability `teacherForcing`,
+        // otherwise the model's own previous choice.
+        const int64_t T = batch.input.size(1);
+        auto h = enc.h, c = enc.c;
+        auto input = batch.input.select(1, 0); // (B)
+        std::vector<torch::Tensor> steps;
+        for (int64_t t = 0; t < T; ++t) {
+            DecoderOutput d = s.model->decode(input.unsqueeze(1), h, c, enc);
+            steps.push_back(d.logits);
+            h = d.h;
+            c = d.c;
+            if (t + 1 < T) {
+                auto truth = batch.input.select(1, t + 1);
+                auto guess = d.logits.squeeze(1).argmax(-1);
+                auto useTruth = torch::rand({truth.size(0)}, torch::TensorOptions().device(s.device)) < teacherForcing;
+                input = torch::where(useTruth, truth, guess);
+            }
+        }
+        logits = torch::cat(steps, 1);
+    }
+    const int64_t V = logits.size(-1);
+    auto flat = logits.reshape({-1, V}).to(torch::kFloat32);
+    auto target = batch.target.reshape({-1});
+    if (correct) {
+        auto hits = (flat.argmax(-1) == target) & batch.mask.reshape({-1});
+        *correct = hits.sum().item<int64_t>();
+    }
+    return torch::nn::functional::cross_entropy(flat, target,
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(Tokenizer::kPad).reduction(torch::kSum));
+}
+
+struct Validation {
+    double loss = NAN;
+    double accuracy = NAN;
+};
+
+Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled)
+{
+    Validation v;
+    if (s.validation.empty())
+        return v;
+    torch::NoGradGuard noGrad;
+    s.model->eval();
+    double sum = 0;
+    int64_t tokens = 0, correct = 0;
+    const size_t B = static_cast<size_t>(s.cfg.batchSize);
+    for (size_t start = 0; start < s.validation.size(); start += B) {
+        if (cancel && cancel->load()) {
+            *cancelled = true;
+            return v;
+        }
+        std::vector<size_t> idx;
+        for (size_t i = start; i < std::min(s.validation.size(), start + B); ++i)
+            idx.push_back(i);
+        Batch batch = collate(s.validation, idx, s.device);
+        int64_t hits = 0;
+        sum += lossSum(s, batch, false, 1.0, &hits).item<double>();
+        tokens += batch.tokens;
+        correct += hits;
+    }
+    v.loss = sum / static_cast<double>(tokens);
+    v.accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
+    return v;
+}
+
+uint64_t epochSeed(uint64_t seed, int epoch)
+{
+    return seed * 6364136223846793005ULL + 1442695040888963407ULL * static_cast<uint64_t>(epoch + 1);
+}
+
+void log(const TrainCallbacks& cb, const std::string& msg)
+{
+    if (cb.onLog)
+        cb.onLog(msg);
+}
+
+// Device, precision, threads and determinism for this process, then the data.
+void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
+{
+    setThreads(s.cfg.threads);
+    if (s.cfg.deterministic) {
+        // cuBLAS needs a fixed workspace to be deterministic; it reads this when CUDA starts.
+        ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+        at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+        at::globalContext().setDeterministicCuDNN(true);
+        at::globalContext().setBenchmarkCuDNN(false);
+    }
+    const ResolvedDevice r = resolveDevice(s.cfg.device, s.cfg.precision);
+    if (!r.note.empty())
+        log(cb, r.note);
+    s.device = parseDevice(r.device);
+    s.precision = r.precision;
+
+    const Split split = splitPairs(corpus.pairs, s.cfg.validationFraction, s.cfg.seed);
+    if (s.tok.size() == 0)
+        s.tok = Tokenizer::build(split.train, s.cfg.tokenizer);
+    int64_t skipped = 0, skippedVal = 0;
+    s.train = makeExamples(split.train, s.tok, s.cfg.model, &skipped);
+    s.validation = makeExamples(split.validation, s.tok, s.cfg.model, &skippedVal);
+    if (skipped + skippedVal > 0)
+        log(cb, std::to_string(skipped + skippedVal) + " pair(s) skipped: prompt or response has no words after tokenizing");
+    if (s.train.empty())
+        throw Error("no training pairs left after tokenizing the corpus");
+    s.cfg.model.vocabSize = s.tok.size();
+
+    torch::manual_seed(s.cfg.seed);
+    s.model = Seq2Seq(s.cfg.model);
+    s.model->to(s.device);
+    s.optimizer = makeOptimizer(s.cfg, s.model->parameters());
+}
+
+TrainResult loop(Session& s, const TrainCallbacks& cb)
+{
+    TrainResult result;
+    result.device = s.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(s.device.index());
+    result.precision = s.precision;
+    const auto callStart = Clock::now();
+    const int64_t batchesPerEpoch = static_cast<int64_t>((s.train.size() + s.cfg.batchSize - 1) / s.cfg.batchSize);
+    const int64_t totalSteps = batchesPerEpoch * s.cfg.epochs;
+    const int64_t firstStep = s.state.step;
+    const double elapsedAtStart = s.state.elapsedSeconds;
+    const bool scaleLoss = s.precision == Precision::FP16;
+    int64_t goodSteps = 0;
+
+    auto finish = [&](TrainStatus status) {
+        result.status = status;
+        result.epochsDone = s.state.epoch;
+        result.steps = s.state.step;
+        result.history = s.state.history;
+        result.finalTrainLoss = s.state.history.empty() ? NAN : s.state.history.back().trainLoss;
+        result.bestValidationLoss = s.state.haveBest ? s.state.bestValidationLoss : NAN;
+        result.seconds = secondsSince(callStart);
+        return result;
+    };
+    auto cancelled = [&] { return cb.cancel && cb.cancel->load(); };
+    auto checkpoint = [&] {
+        s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
+        saveCheckpoint(s.runDir, s.model, *s.optimizer, s.state);
+    };
+
+    while (s.state.epoch < s.cfg.epochs && !s.state.finished) {
+        const auto plan = planBatches(s.train, s.cfg.batchSize, s.cfg.bucketing, epochSeed(s.cfg.seed, s.state.epoch));
+        auto epochStart = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.state.epochSeconds));
+        for (int64_t b = s.state.batchInEpoch; b < static_cast<int64_t>(plan.size()); ++b) {
+            if (cancelled()) {
+                s.state.epochSeconds = secondsSince(epochStart);
+                checkpoint();
+                log(cb, "stopped at step " + std::to_string(s.state.step) + "; checkpoint " + s.state.checkpoint);
+                return finish(TrainStatus::Cancelled);
+            }
+            const auto stepStart = Clock::now();
+            // Every step reseeds from (seed, step): dropout and scheduled sampling then repeat
+            // exactly after a resume without storing generator state.
+            torch::manual_seed(s.cfg.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(s.state.step + 1));
+            s.model->train();
+            Batch batch = collate(s.train, plan[static_cast<size_t>(b)], s.device);
+            auto sum = lossSum(s, batch, true, s.cfg.teacherForcing, nullptr);
+            auto loss = sum / static_cast<double>(batch.tokens);
+            s.optimizer->zero_grad();
+            (scaleLoss ? loss * s.state.lossScale : loss).backward();
+            bool stepOk = true;
+            if (scaleLoss) {
+                for (auto& p : s.model->parameters())
+                    if (p.grad().defined())
+                        p.grad().div_(s.state.lossScale);
+                bool finite = true;
+                for (auto& p : s.model->parameters())
+                    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>())
+                        finite = false;
+                if (!finite) {
+                    s.state.lossScale /= 2;
+                    goodSteps = 0;
+                    stepOk = false;
+                } else if (++goodSteps % 2000 == 0) {
+                    s.state.lossScale *= 2;
+                }
+            }
+            const double lossValue = loss.item<double>();
+            if (!std::isfinite(lossValue) && !scaleLoss)
+                throw Error("training diverged: the loss is " + std::to_string(lossValue) + " at step "
+                    + std::to_string(s.state.step + 1) + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
+                    + s.state.checkpoint + ")");
+            if (stepOk) {
+                if (s.cfg.clipNorm > 0)
+                    torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.cfg.clipNorm);
+                s.optimizer->step();
+            }
+            ++s.state.step;
+            s.state.batchInEpoch = b + 1;
+            s.state.epochLossSum += sum.item<double>();
+            s.state.epochTokens += batch.tokens;
+
+            const double stepSeconds = secondsSince(stepStart);
+            const double elapsed = elapsedAtStart + secondsSince(callStart);
+            if (cb.onStep)
+                cb.onStep({s.state.epoch, s.state.step, lossValue,
+                    stepSeconds > 0 ? static_cast<double>(batch.tokens) / stepSeconds : 0, elapsed});
+            if (cb.onProgress) {
+                const int64_t doneHere = s.state.step - firstStep;
+                const double perStep = secondsSince(callStart) / static_cast<double>(std::max<int64_t>(1, doneHere));
+                cb.onProgress({s.state.epoch, s.cfg.epochs, s.state.step, totalSteps, elapsed,
+                    perStep * static_cast<double>(std::max<int64_t>(0, totalSteps - s.state.step))});
+            }
+            if (s.cfg.checkpointEverySteps > 0 && s.state.step % s.cfg.checkpointEverySteps == 0) {
+                s.state.epochSeconds = secondsSince(epochStart);
+                checkpoint();
+            }
+        }
+
+        bool valCancelled = false;
+        const Validation v = validate(s, cb.cancel, &valCancelled);
+        if (valCancelled) {
+            s.state.epochSeconds = secondsSince(epochStart);
+            checkpoint();
+            return finish(TrainStatus::Cancelled);
+        }
+        EpochMetrics m;
+        m.epoch = s.state.epoch;
+        m.step = s.state.step;
+        m.trainLoss = s.state.epochTokens > 0 ? s.state.epochLossSum / static_cast<double>(s.state.epochTokens) : NAN;
+        m.validationLoss = v.loss;
+        m.validationAccuracy = v.accuracy;
+        m.perplexity = std::exp(std::isfinite(v.loss) ? v.loss : m.trainLoss);
+        m.seconds = secondsSince(epochStart);
+        m.tokensPerSecond = m.seconds > 0 ? static_cast<double>(s.state.epochTokens) / m.seconds : 0;
+        m.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
+        s.state.history.push_back(m);
+
+        bool stopEarly = false;
+        if (std::isfinite(v.loss)) {
+            if (!s.state.haveBest || v.loss < s.state.bestValidationLoss) {
+                s.state.bestValidationLoss = v.loss;
+                s.state.haveBest = true;
+                s.state.badEpochs = 0;
+            } else if (s.cfg.patience > 0 && ++s.state.badEpochs >= s.cfg.patience) {
+                stopEarly = true;
+            }
+        }
+        ++s.state.epoch;
+        s.state.batchInEpoch = 0;
+        s.state.epochLossSum = 0;
+        s.state.epochTokens = 0;
+        s.state.epochSeconds = 0;
+        s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
+        writeMetricsCsv(s.runDir, s.state.history);
+        checkpoint();
+        if (cb.onEpoch)
+            cb.onEpoch(m);
+        if (stopEarly) {
+            log(cb, "early stop: validation loss has not improved for " + std::to_string(s.cfg.patience) + " epochs");
+            return finish(TrainStatus::EarlyStopped);
+        }
+    }
+    return finish(TrainStatus::Finished);
+}
+
+} // namespace
+
+uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
+{
+    uint64_t h = 1469598103934665603ULL; // FNV-1a
+    auto mix = [&](const std::string& str) {
+        for (unsigned char ch : str) {
+            h ^= ch;
+            h *= 1099511628211ULL;
+        }
+        h ^= 0xFF;
+        h *= 1099511628211ULL;
+    };
+    for (const Pair& p : pairs) {
+        mix(p.prompt);
+        mix(p.response);
+    }
+    return h;
+}
+
+TrainConfig loadRunConfig(const std::string& runDir)
+{
+    const std::string path = configPath(runDir);
+    if (!fs::exists(path))
+        throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
+    return trainConfigFromJson(text::readFile(path), path);
+}
+
+TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
+{
+    validate(cfg);
+    std::error_code ec;
+    if (fs::exists(fs::path(runDir) / "state.json", ec) || fs::exists(fs::path(runDir) / "config.json", ec))
+        throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
+    fs::create_directories(runDir, ec);
+    if (ec)
+        throw Error(runDir, 0, "cannot create run folder: " + ec.message());
+
+    Session s;
+    s.cfg = cfg;
+    s.runDir = runDir;
+    prepare(s, corpus, cb);
+    s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+    writeFileAtomic(configPath(runDir), toJson(s.cfg));
+    s.tok.save(vocabPath(runDir));
+    log(cb, "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
+        + std::to_string(s.validation.size()) + " validation pairs, device " + (s.device.is_cpu() ? "cpu" : "cuda") + " "
+        + precisionName(s.precision));
+    saveCheckpoint(runDir, s.model, *s.optimizer, s.state);
+    return loop(s, cb);
+}
+
+TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, int epochs)
+{
+    Session s;
+    s.cfg = loadRunConfig(runDir);
+    s.runDir = runDir;
+    s.state = loadState(runDir);
+    if (s.state.corpusFingerprint != corpusFingerprint(corpus.pairs))
+        throw Error(runDir, 0, "the corpus differs from the one this run started with (" + s.cfg.corpus + "); resume needs the same pairs");
+    s.tok = Tokenizer::load(vocabPath(runDir));
+    if (epochs > 0 && epochs != s.cfg.epochs) {
+        s.cfg.epochs = epochs;
+        s.state.finished = s.state.epoch >= epochs;
+        writeFileAtomic(configPath(runDir), toJson(s.cfg));
+    }
+    const int64_t vocab = s.cfg.model.vocabSize;
+    prepare(s, corpus, cb);
+    if (s.cfg.model.vocabSize != vocab)
+        throw Error(vocabPath(runDir), 0, "vocabulary size does not match config.json");
+    loadCheckpoint(runDir, s.state, s.model, s.optimizer.get());
+    if (s.state.finished)
+        log(cb, "the run already finished " + std::to_string(s.state.epoch) + " epoch(s); give more epochs to train further");
+    else
+        log(cb, "resuming at epoch " + std::to_string(s.state.epoch + 1) + ", step " + std::to_string(s.state.step));
+    return loop(s, cb);
+}
+
+} // namespace chatbench

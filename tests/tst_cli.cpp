@@ -1,0 +1,209 @@
+// chatbench-cli smoke tests: every command as a user runs it, including the error paths.
+
+#include "testutil.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+
+namespace {
+
+struct Run {
+    int code = -1;
+    QString out;
+    QString err;
+};
+
+Run cli(const QStringList& args, const QByteArray& input = {}, int timeoutMs = 300000)
+{
+    QProcess p;
+    p.start(CHATBENCH_CLI, args);
+    if (!p.waitForStarted())
+        qFatal("cannot start the CLI");
+    if (!input.isEmpty())
+        p.write(input);
+    p.closeWriteChannel();
+    if (!p.waitForFinished(timeoutMs))
+        qFatal("the CLI did not finish");
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+        QString::fromUtf8(p.readAllStandardError())};
+}
+
+const QByteArray kYaml = "categories:\n- test\nconversations:\n"
+                         "- - good morning\n  - morning to you too\n"
+                         "- - what is the weather like\n  - sunny with a chance of gradients\n"
+                         "- - do you sleep\n  - only when the loss is flat\n"
+                         "- - how old are you\n  - a few epochs old\n"
+                         "- - see you later\n  - bye for now\n";
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase();
+    void help();
+    void corpusCommands();
+    void corpusErrorsNameFileAndLine();
+    void trainSeedPresetAndChat();
+    void chatJsonTrace();
+    void interactiveChat();
+    void badArguments();
+    void stopAndResume();
+    void doctor();
+
+private:
+    QTemporaryDir m_dir;
+    QString m_corpus;
+    QString m_run;
+};
+
+void TestCli::initTestCase()
+{
+    m_corpus = QString::fromStdString(testutil::writeFile(m_dir, "unseen/chat.yml", kYaml));
+    m_run = m_dir.filePath("run");
+}
+
+void TestCli::help()
+{
+    const Run r = cli({"--help"});
+    QCOMPARE(r.code, 0);
+    for (const char* cmd : {"corpus", "train", "chat", "doctor"})
+        QVERIFY(r.out.contains(cmd));
+    for (const char* cmd : {"train", "chat", "doctor"}) {
+        const Run sub = cli({cmd, "--help"});
+        QCOMPARE(sub.code, 0);
+        QVERIFY(sub.out.contains("--"));
+    }
+}
+
+void TestCli::corpusCommands()
+{
+    const Run v = cli({"corpus", "validate", CHATBENCH_DATASETS_DIR "/chatbench"});
+    QCOMPARE(v.code, 0);
+    QVERIFY(v.out.startsWith("ok: "));
+    const Run s = cli({"corpus", "stats", "--json", m_corpus});
+    QCOMPARE(s.code, 0);
+    const QJsonObject j = QJsonDocument::fromJson(s.out.toUtf8()).object();
+    QCOMPARE(j["pairs"].toInt(), 5);
+    QCOMPARE(j["format"].toString(), QString("yaml"));
+    QVERIFY(j["vocabulary"].toInt() > 4);
+    const Run t = cli({"corpus", "stats", m_corpus});
+    QCOMPARE(t.code, 0);
+    QVERIFY(t.out.contains("OOV rate"));
+}
+
+void TestCli::corpusErrorsNameFileAndLine()
+{
+    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "a\tb\nno tab\n"));
+    const Run r = cli({"corpus", "validate", bad});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(bad + ":2:"), qPrintable(r.err));
+    const Run missing = cli({"corpus", "validate", m_dir.filePath("nope.yml")});
+    QCOMPARE(missing.code, 1);
+    QVERIFY(missing.err.contains("no such file"));
+    const Run train = cli({"train", "--corpus", bad, "--run", m_dir.filePath("never")});
+    QCOMPARE(train.code, 1);
+    QVERIFY(train.err.contains(bad + ":2:"));
+    QVERIFY(!QDir(m_dir.filePath("never")).exists());
+}
+
+void TestCli::trainSeedPresetAndChat()
+{
+    // The seed preset (the Keras recipe) on a chatterbot corpus it has never seen.
+    const Run t = cli({"train", "--preset", "seed", "--corpus", m_corpus, "--run", m_run, "--epochs", "120",
+        "--val-fraction", "0", "--lr", "0.003"});
+    QVERIFY2(t.code == 0, qPrintable(t.out + t.err));
+    QVERIFY(t.out.contains("finished after 120 epoch(s)"));
+    QVERIFY(t.out.contains("epoch 120"));
+    const Run c = cli({"chat", "--run", m_run, "--once", "do you sleep", "--checks"});
+    QCOMPARE(c.code, 0);
+    const QStringList lines = c.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines[0], QString("only when the loss is flat"));
+    QVERIFY(lines[1].contains("handoff ok"));
+    const Run other = cli({"chat", "--run", m_run, "--once", "how old are you"});
+    QCOMPARE(other.out.trimmed(), QString("a few epochs old"));
+    const Run beam = cli({"chat", "--run", m_run, "--once", "good morning", "--method", "beam", "--beam", "3"});
+    QCOMPARE(beam.out.trimmed(), QString("morning to you too"));
+}
+
+void TestCli::chatJsonTrace()
+{
+    const Run r = cli({"chat", "--run", m_run, "--once", "what is the weather like", "--json"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["reply"].toString(), QString("sunny with a chance of gradients"));
+    const QJsonObject checks = j["trace"].toObject()["checks"].toObject();
+    QVERIFY(checks["handoff_equal"].toBool());
+    QVERIFY(checks["state_carried"].toBool());
+    QVERIFY(checks["teacher_forced_equal"].toBool());
+    QCOMPARE(j["trace"].toObject()["encoder_final"].toArray()[0].toObject()["h"].toArray().size(), 200);
+    const Run broken = cli({"chat", "--run", m_run, "--once", "what is the weather like", "--json", "--handoff", "zero-init"});
+    const QJsonObject bc = QJsonDocument::fromJson(broken.out.toUtf8()).object()["trace"].toObject()["checks"].toObject();
+    QVERIFY(!bc["handoff_equal"].toBool());
+    QVERIFY(!bc["teacher_forced_equal"].toBool());
+}
+
+void TestCli::interactiveChat()
+{
+    const Run r = cli({"chat", "--run", m_run}, "good morning\n\nsee you later\n");
+    QCOMPARE(r.code, 0);
+    QCOMPARE(r.out.split('\n', Qt::SkipEmptyParts), (QStringList{"morning to you too", "bye for now"}));
+    const Run unk = cli({"chat", "--run", m_run, "--once", "good morning zzyzx"});
+    QVERIFY(unk.out.contains("unknown words: zzyzx"));
+}
+
+void TestCli::badArguments()
+{
+    QVERIFY(cli({"train", "--epochs", "0"}).code != 0);
+    QVERIFY(cli({"train", "--preset", "huge"}).code != 0);
+    QVERIFY(cli({"chat", "--method", "psychic"}).code != 0);
+    const Run dev = cli({"train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu"});
+    QCOMPARE(dev.code, 1);
+    QVERIFY(dev.err.contains("device"));
+    const Run again = cli({"train", "--corpus", m_corpus, "--run", m_run});
+    QCOMPARE(again.code, 1);
+    QVERIFY(again.err.contains("already holds a run"));
+    const Run noRun = cli({"chat", "--run", m_dir.filePath("missing"), "--once", "hi"});
+    QCOMPARE(noRun.code, 1);
+    QVERIFY(noRun.err.contains("config.json"));
+    // No GPU here: asking for one falls back with a note, never a crash.
+    const Run gpu = cli({"chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0"});
+    QCOMPARE(gpu.code, 0);
+}
+
+void TestCli::stopAndResume()
+{
+    const QString run = m_dir.filePath("stopped");
+    QProcess p;
+    p.start(CHATBENCH_CLI, {"train", "--preset", "quick", "--corpus", CHATBENCH_DATASETS_DIR "/chatbench", "--run", run,
+                               "--epochs", "500"});
+    QVERIFY(p.waitForStarted());
+    QByteArray out;
+    QTRY_VERIFY_WITH_TIMEOUT((out += p.readAllStandardOutput()).contains("epoch   1"), 120000);
+    p.terminate(); // SIGTERM, like Ctrl-C
+    QVERIFY(p.waitForFinished(30000));
+    QCOMPARE(p.exitCode(), 130);
+    QVERIFY(QFile::exists(run + "/state.json"));
+    const Run r = cli({"train", "--resume", "--run", run, "--epochs", "40"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY(r.out.contains("finished after 40 epoch(s)"));
+}
+
+void TestCli::doctor()
+{
+    const Run r = cli({"doctor"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY(r.out.contains("torch        2."));
+    QVERIFY(r.out.contains("device       cpu"));
+    QVERIFY(r.out.contains("healthy"));
+    const Run j = cli({"doctor", "--json"});
+    const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    QVERIFY(o["cuda_built"].toBool());
+    QVERIFY(o["handoff"].toObject()["healthy"].toBool());
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

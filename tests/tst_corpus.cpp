@@ -1,0 +1,207 @@
+// Corpus loaders: every format with good input, and bad input giving an error naming file:line.
+
+#include "chatbench/corpus.h"
+#include "chatbench/error.h"
+#include "testutil.h"
+
+#include <QFileInfo>
+
+using namespace chatbench;
+
+class TestCorpus : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void goodInputs_data();
+    void goodInputs();
+    void badInputs_data();
+    void badInputs();
+    void yamlFolder();
+    void cornellFolder();
+    void cornellMissingLine();
+    void latin1Option();
+    void splitIsDeterministic();
+    void bundledCorpusLoads();
+};
+
+void TestCorpus::goodInputs_data()
+{
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QByteArray>("bytes");
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<QStringList>("expected"); // prompt|response per pair
+
+    QTest::newRow("yaml") << "a.yml"
+                          << QByteArray("categories:\n- x\nconversations:\n- - Hello\n  - Hi there\n  - How are you?\n- - Bye\n  - See you\n")
+                          << "yaml" << QStringList{"Hello|Hi there", "Hi there|How are you?", "Bye|See you"};
+    QTest::newRow("yaml-crlf-bom") << "b.yaml"
+                                   << QByteArray("\xEF\xBB\xBF" "conversations:\r\n- - Hello\r\n  - Hi\r\n")
+                                   << "yaml" << QStringList{"Hello|Hi"};
+    QTest::newRow("yaml-number-turn") << "n.yml" << QByteArray("conversations:\n- - what is six times seven\n  - 42\n")
+                                      << "yaml" << QStringList{"what is six times seven|42"};
+    QTest::newRow("tsv") << "p.tsv" << QByteArray("# comment\nhello\thi\n\nhow are you\tfine\n") << "tsv"
+                         << QStringList{"hello|hi", "how are you|fine"};
+    QTest::newRow("tsv-by-content") << "p.txt" << QByteArray("hello\thi\nbye\tcya\n") << "tsv"
+                                    << QStringList{"hello|hi", "bye|cya"};
+    QTest::newRow("tsv-lone-cr") << "cr.tsv" << QByteArray("a\tb\rc\td\r") << "tsv" << QStringList{"a|b", "c|d"};
+    QTest::newRow("jsonl-pairs") << "d.jsonl"
+                                 << QByteArray("{\"prompt\": \"hi\", \"response\": \"hello\"}\n\n{\"prompt\":\"caf\xC3\xA9?\",\"response\":\"yes\"}\n")
+                                 << "jsonl" << QStringList{"hi|hello", QString::fromUtf8("caf\xC3\xA9?|yes")};
+    QTest::newRow("jsonl-messages") << "m.json"
+                                    << QByteArray("{\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},{\"role\":\"user\",\"content\":\"hi\"},"
+                                                  "{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"user\",\"content\":\"bye\"}]}\n")
+                                    << "jsonl" << QStringList{"hi|hello", "hello|bye"};
+    QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"
+                            << QStringList{"hello|hi", "hi|how are you", "bye|see you"};
+}
+
+void TestCorpus::goodInputs()
+{
+    QFETCH(QString, name);
+    QFETCH(QByteArray, bytes);
+    QFETCH(QString, format);
+    QFETCH(QStringList, expected);
+    QTemporaryDir dir;
+    const std::string path = testutil::writeFile(dir, name, bytes);
+    QCOMPARE(QString::fromStdString(formatName(detectFormat(path))), format);
+    const Corpus c = loadCorpus(path);
+    QStringList got;
+    for (const auto& p : c.pairs)
+        got << QString::fromStdString(p.prompt + "|" + p.response);
+    QCOMPARE(got, expected);
+    QCOMPARE(c.pairs.front().file, path);
+    QVERIFY(c.pairs.front().line >= 1);
+}
+
+void TestCorpus::badInputs_data()
+{
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QByteArray>("bytes");
+    QTest::addColumn<long>("line"); // expected line in the error (0 = whole file)
+    QTest::addColumn<QString>("fragment");
+
+    QTest::newRow("empty") << "e.yml" << QByteArray() << 0L << "empty";
+    QTest::newRow("yaml-syntax") << "s.yml" << QByteArray("conversations:\n- - Hello\n  - [unclosed\n") << 4L << "YAML";
+    QTest::newRow("yaml-no-key") << "k.yml" << QByteArray("talks:\n- - a\n  - b\n") << 1L << "conversations";
+    QTest::newRow("yaml-map-turn") << "t.yml" << QByteArray("conversations:\n- - Hello\n  - {a: b}\n") << 3L << "turn";
+    QTest::newRow("invalid-utf8") << "u.tsv" << QByteArray("good\tline\nbad \xFF\xFE byte\tx\n") << 2L << "UTF-8";
+    QTest::newRow("overlong-utf8") << "o.tsv" << QByteArray("a\tb\n\xC0\xAF\tx\n") << 2L << "UTF-8";
+    QTest::newRow("tsv-no-tab") << "n.tsv" << QByteArray("a\tb\nno tab here\n") << 2L << "tab";
+    QTest::newRow("tsv-three-columns") << "c.tsv" << QByteArray("a\tb\tc\n") << 1L << "two";
+    QTest::newRow("jsonl-syntax") << "j.jsonl" << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L << "JSON";
+    QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings";
+    QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected";
+    QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L << "limit";
+    QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs";
+}
+
+void TestCorpus::badInputs()
+{
+    QFETCH(QString, name);
+    QFETCH(QByteArray, bytes);
+    QFETCH(long, line);
+    QFETCH(QString, fragment);
+    QTemporaryDir dir;
+    const std::string path = testutil::writeFile(dir, name, bytes);
+    try {
+        loadCorpus(path);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(QString::fromStdString(e.file()), QString::fromStdString(path));
+        QCOMPARE(e.line(), line);
+        QVERIFY2(QString::fromStdString(e.message()).contains(fragment, Qt::CaseInsensitive), e.what());
+        if (line > 0)
+            QVERIFY(QString(e.what()).startsWith(QString::fromStdString(path) + ":" + QString::number(line) + ":"));
+    }
+}
+
+void TestCorpus::yamlFolder()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "c/b.yml", "conversations:\n- - two\n  - 2\n");
+    testutil::writeFile(dir, "c/a.yml", "conversations:\n- - one\n  - 1\n");
+    testutil::writeFile(dir, "c/sub/z.yaml", "conversations:\n- - three\n  - 3\n");
+    testutil::writeFile(dir, "c/empty.yml", "");
+    testutil::writeFile(dir, "c/notes.md", "ignored");
+    const Corpus c = loadCorpus(dir.filePath("c").toStdString());
+    QCOMPARE(c.format, CorpusFormat::ChatterbotYaml);
+    QCOMPARE(c.pairs.size(), size_t(3));
+    QCOMPARE(c.pairs[0].prompt, std::string("one")); // files in sorted order
+    QCOMPARE(c.files.size(), size_t(3));
+    QCOMPARE(c.warnings.size(), size_t(1));          // the empty file
+}
+
+void TestCorpus::cornellFolder()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "cornell/movie_lines.txt",
+        "L1 +++$+++ u0 +++$+++ m0 +++$+++ BIANCA +++$+++ Can we go?\n"
+        "L2 +++$+++ u2 +++$+++ m0 +++$+++ CAMERON +++$+++ Sure, caf\xE9 first.\n"
+        "L3 +++$+++ u0 +++$+++ m0 +++$+++ BIANCA +++$+++ Great.\n");
+    testutil::writeFile(dir, "cornell/movie_conversations.txt",
+        "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L2', 'L3']\r\n");
+    const Corpus c = loadCorpus(dir.filePath("cornell").toStdString());
+    QCOMPARE(c.format, CorpusFormat::Cornell);
+    QCOMPARE(c.pairs.size(), size_t(2));
+    QCOMPARE(c.pairs[0].prompt, std::string("Can we go?"));
+    QCOMPARE(c.pairs[0].response, std::string("Sure, caf\xC3\xA9 first.")); // Latin-1 decoded to UTF-8
+    QCOMPARE(c.pairs[1].response, std::string("Great."));
+}
+
+void TestCorpus::cornellMissingLine()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "cornell/movie_lines.txt", "L1 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ Hi\n");
+    const std::string conv = testutil::writeFile(dir, "cornell/movie_conversations.txt",
+        "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1']\nu0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L9']\n");
+    try {
+        loadCorpus(dir.filePath("cornell").toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), conv);
+        QCOMPARE(e.line(), 2L);
+        QVERIFY(QString(e.what()).contains("L9"));
+    }
+}
+
+void TestCorpus::latin1Option()
+{
+    QTemporaryDir dir;
+    const std::string path = testutil::writeFile(dir, "l.tsv", "caf\xE9\tna\xEFve\n");
+    QVERIFY_THROWS_EXCEPTION(Error, loadCorpus(path));
+    LoadOptions opt;
+    opt.latin1 = true;
+    const Corpus c = loadCorpus(path, opt);
+    QCOMPARE(c.pairs[0].prompt, std::string("caf\xC3\xA9"));
+    QCOMPARE(c.pairs[0].response, std::string("na\xC3\xAFve"));
+}
+
+void TestCorpus::splitIsDeterministic()
+{
+    std::vector<Pair> pairs;
+    for (int i = 0; i < 100; ++i)
+        pairs.push_back({"q" + std::to_string(i), "a" + std::to_string(i), "", 0});
+    const Split a = splitPairs(pairs, 0.1, 7), b = splitPairs(pairs, 0.1, 7), c = splitPairs(pairs, 0.1, 8);
+    QCOMPARE(a.validation.size(), size_t(10));
+    QCOMPARE(a.train.size(), size_t(90));
+    auto prompts = [](const std::vector<Pair>& v) {
+        std::vector<std::string> out;
+        for (const auto& p : v)
+            out.push_back(p.prompt);
+        return out;
+    };
+    QVERIFY(prompts(a.validation) == prompts(b.validation));
+    QVERIFY(prompts(a.validation) != prompts(c.validation));
+    QCOMPARE(splitPairs({pairs[0], pairs[1]}, 0.1, 1).validation.size(), size_t(1));
+}
+
+void TestCorpus::bundledCorpusLoads()
+{
+    const Corpus c = loadCorpus(CHATBENCH_DATASETS_DIR "/chatbench");
+    QCOMPARE(c.format, CorpusFormat::ChatterbotYaml);
+    QVERIFY2(c.pairs.size() >= 200, qPrintable(QString::number(c.pairs.size())));
+    QVERIFY(c.warnings.empty());
+}
+
+QTEST_GUILESS_MAIN(TestCorpus)
+#include "tst_corpus.moc"

@@ -1,0 +1,395 @@
+// Training end to end on a small corpus: the loss falls, the bot answers its training
+// questions, the handoff checks pass (and catch the zero-state bug), checkpoints reload to the
+// same replies, and a resumed run equals an uninterrupted one.
+
+#include "chatbench/chatbot.h"
+#include "chatbench/error.h"
+#include "chatbench/trainer.h"
+#include "testutil.h"
+
+#include <QFile>
+
+#include <cmath>
+#include <set>
+
+using namespace chatbench;
+
+namespace {
+
+const std::vector<std::pair<std::string, std::string>> kDialog = {
+    {"hello", "hi there"},
+    {"how are you", "i am fine thanks"},
+    {"what is your name", "my name is chatbench"},
+    {"what is an lstm", "a recurrent network with gates"},
+    {"what does the forget gate do", "it decides what the cell keeps"},
+    {"who made you", "engineers who like charts"},
+    {"do you like music", "yes especially jazz"},
+    {"what time is it", "time to train a model"},
+    {"are you a robot", "i am a small neural network"},
+    {"tell me a joke", "my loss went down and never came back"},
+    {"goodbye", "see you soon"},
+    {"thank you", "you are welcome"},
+};
+
+Corpus smallCorpus()
+{
+    Corpus c;
+    for (const auto& [p, r] : kDialog)
+        c.pairs.push_back({p, r, "memory", 0});
+    return c;
+}
+
+TrainConfig smallConfig()
+{
+    TrainConfig c = preset("quick");
+    c.model.embedDim = 32;
+    c.model.hidden = 64;
+    c.batchSize = 4;
+    c.epochs = 80;
+    c.learningRate = 1e-2;
+    c.validationFraction = 0;
+    c.seed = 1;
+    c.threads = 1;
+    return c;
+}
+
+std::set<std::string> distinctReplies(const Chatbot& bot, const DecodeOptions& opt)
+{
+    std::set<std::string> out;
+    for (const auto& [p, r] : kDialog)
+        out.insert(bot.reply(p, opt).text);
+    return out;
+}
+
+} // namespace
+
+class TestTraining : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase();
+    void lossFallsAndBotAnswers();
+    void handoffChecksPassWhenTrained();
+    void brokenHandoffIsCaught();
+    void batchedRepliesIgnorePadding();
+    void decodingMethods();
+    void checkpointReloadsToSameReplies();
+    void runFolderLayout();
+    void resumeEqualsUninterruptedRun();
+    void validationAndEarlyStopping();
+    void userErrors();
+    void unknownAndEmptyInput();
+
+private:
+    QTemporaryDir m_dir;
+    std::string m_run;
+    TrainResult m_result;
+};
+
+void TestTraining::initTestCase()
+{
+    QVERIFY(m_dir.isValid());
+    m_run = m_dir.filePath("small").toStdString();
+    int steps = 0, epochs = 0;
+    TrainCallbacks cb;
+    cb.onStep = [&](const StepMetrics& m) {
+        ++steps;
+        QVERIFY(std::isfinite(m.loss));
+    };
+    cb.onEpoch = [&](const EpochMetrics&) { ++epochs; };
+    m_result = train(smallConfig(), smallCorpus(), m_run, cb);
+    QCOMPARE(m_result.status, TrainStatus::Finished);
+    QCOMPARE(epochs, 80);
+    QCOMPARE(steps, 80 * 3);
+    QCOMPARE(m_result.steps, int64_t(240));
+}
+
+void TestTraining::lossFallsAndBotAnswers()
+{
+    const auto& h = m_result.history;
+    QCOMPARE(h.size(), size_t(80));
+    QVERIFY2(h.back().trainLoss < 0.1 * h.front().trainLoss,
+        qPrintable(QString("first %1, last %2").arg(h.front().trainLoss).arg(h.back().trainLoss)));
+    const Chatbot bot = Chatbot::load(m_run);
+    for (const auto& [p, r] : kDialog)
+        QCOMPARE(bot.reply(p).text, r);
+    QCOMPARE(distinctReplies(bot, {}).size(), kDialog.size());
+}
+
+void TestTraining::handoffChecksPassWhenTrained()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    for (const auto& [p, r] : kDialog) {
+        const Reply rep = bot.reply(p);
+        const TraceChecks& c = rep.trace.checks;
+        QVERIFY(c.handoffEqual);
+        QCOMPARE(c.handoffMaxDiff, 0.0);
+        QVERIFY(c.stateCarried);
+        QVERIFY2(c.teacherForcedEqual, qPrintable(QString::number(c.teacherForcedMaxDiff)));
+        QVERIFY(c.gateReplayMaxDiff < 1e-5);
+        // The trace has what the handoff view draws.
+        const StateTrace& t = rep.trace;
+        QCOMPARE(t.encoderFinal.size(), size_t(1));
+        QCOMPARE(t.encoderFinal[0].h.size(), size_t(64));
+        QCOMPARE(t.encoderTopH.size(), t.inputIds.size());
+        QCOMPARE(t.encoderTopH.back(), t.encoderFinal[0].h); // one layer: top h at the last token
+        QCOMPARE(t.decoderInitial[0].c, t.encoderFinal[0].c);
+        QCOMPARE(t.steps.size(), rep.ids.size() + 1); // + the step that chose <end>
+        QCOMPARE(t.steps.back().chosenId, Tokenizer::kEnd);
+        QCOMPARE(t.steps.front().inputId, Tokenizer::kStart);
+        QCOMPARE(t.steps.front().topK.size(), size_t(5));
+        QCOMPARE(t.steps.front().forgetGate.size(), size_t(64));
+        for (float g : t.steps.front().forgetGate)
+            QVERIFY(g > 0 && g < 1);
+        QVERIFY(t.steps.front().attention.empty());
+    }
+}
+
+void TestTraining::brokenHandoffIsCaught()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    DecodeOptions zero;
+    zero.handoff = HandoffMode::ZeroInit;
+    const Reply r = bot.reply("what is an lstm", zero);
+    QVERIFY(!r.trace.checks.handoffEqual);
+    QVERIFY(r.trace.checks.handoffMaxDiff > 0.01);
+    QVERIFY(!r.trace.checks.teacherForcedEqual);
+    for (float v : r.trace.decoderInitial[0].h)
+        QCOMPARE(v, 0.0f);
+    // The seed's symptom: without the encoder state every question gets the same reply.
+    QCOMPARE(distinctReplies(bot, zero).size(), size_t(1));
+
+    DecodeOptions reset;
+    reset.handoff = HandoffMode::ResetEachStep;
+    const Reply rr = bot.reply("what is an lstm", reset);
+    QVERIFY(rr.trace.checks.handoffEqual);
+    QVERIFY(!rr.trace.checks.stateCarried);
+    QVERIFY(rr.trace.checks.carriedMaxDiff > 0.01);
+    QVERIFY(!rr.trace.checks.teacherForcedEqual);
+}
+
+void TestTraining::batchedRepliesIgnorePadding()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    std::vector<std::string> prompts;
+    for (const auto& [p, r] : kDialog)
+        prompts.push_back(p);
+    const auto batched = bot.replyBatch(prompts);
+    QCOMPARE(batched.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const Reply alone = bot.reply(prompts[i]);
+        QCOMPARE(batched[i].text, alone.text);
+        for (size_t k = 0; k < alone.trace.encoderFinal[0].h.size(); ++k) {
+            QVERIFY(std::abs(batched[i].trace.encoderFinal[0].h[k] - alone.trace.encoderFinal[0].h[k]) < 1e-5);
+            QVERIFY(std::abs(batched[i].trace.encoderFinal[0].c[k] - alone.trace.encoderFinal[0].c[k]) < 1e-5);
+        }
+    }
+    // The same prompt padded next to a long one, in either order.
+    const auto a = bot.replyBatch({"hello", "what does the forget gate do"});
+    const auto b = bot.replyBatch({"what does the forget gate do", "hello"});
+    QCOMPARE(a[0].text, std::string("hi there"));
+    QCOMPARE(b[1].text, std::string("hi there"));
+}
+
+void TestTraining::decodingMethods()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    DecodeOptions beam;
+    beam.method = DecodeMethod::Beam;
+    beam.beamWidth = 3;
+    const Reply rb = bot.reply("how are you", beam);
+    QCOMPARE(rb.text, std::string("i am fine thanks"));
+    QVERIFY(rb.trace.checks.handoffEqual && rb.trace.checks.stateCarried && rb.trace.checks.teacherForcedEqual);
+
+    DecodeOptions sample;
+    sample.method = DecodeMethod::Sample;
+    sample.temperature = 1.5;
+    sample.seed = 9;
+    QCOMPARE(bot.reply("tell me a joke", sample).text, bot.reply("tell me a joke", sample).text);
+    sample.temperature = 0.01; // almost greedy
+    QCOMPARE(bot.reply("tell me a joke", sample).text, bot.reply("tell me a joke").text);
+    sample.temperature = 1.0;
+    sample.topK = 1; // only the best token
+    QCOMPARE(bot.reply("goodbye", sample).text, std::string("see you soon"));
+
+    DecodeOptions shortReply;
+    shortReply.maxLength = 2;
+    QCOMPARE(bot.reply("tell me a joke", shortReply).ids.size(), size_t(2));
+}
+
+void TestTraining::checkpointReloadsToSameReplies()
+{
+    const Chatbot a = Chatbot::load(m_run);
+    const Chatbot b = Chatbot::load(m_run);
+    QCOMPARE(a.step(), int64_t(240));
+    for (const auto& [p, r] : kDialog) {
+        const Reply ra = a.reply(p), rb = b.reply(p);
+        QCOMPARE(ra.text, rb.text);
+        QCOMPARE(ra.trace.encoderFinal[0].h, rb.trace.encoderFinal[0].h);
+        QCOMPARE(ra.trace.steps.back().stateOut[0].c, rb.trace.steps.back().stateOut[0].c);
+    }
+}
+
+void TestTraining::runFolderLayout()
+{
+    const QDir run(QString::fromStdString(m_run));
+    for (const char* f : {"config.json", "vocab.json", "state.json", "metrics.csv", "ckpt-00000240.pt"})
+        QVERIFY2(run.exists(f), f);
+    QCOMPARE(run.entryList({"ckpt-*.pt"}).size(), 1); // older checkpoints are removed
+    QCOMPARE(run.entryList({".*tmp*"}, QDir::Hidden | QDir::Files).size(), 0);
+    QFile csv(run.filePath("metrics.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    const auto lines = QString(csv.readAll()).trimmed().split('\n');
+    QCOMPARE(lines.size(), 81);
+    QVERIFY(lines[0].startsWith("epoch,step,train_loss,validation_loss"));
+    QVERIFY(lines[80].startsWith("80,240,"));
+    const TrainConfig cfg = loadRunConfig(m_run);
+    QCOMPARE(cfg.model.hidden, 64);
+    QCOMPARE(cfg.epochs, 80);
+}
+
+void TestTraining::resumeEqualsUninterruptedRun()
+{
+    TrainConfig cfg = smallConfig();
+    cfg.model.layers = 2;
+    cfg.model.dropout = 0.2;
+    cfg.teacherForcing = 0.7; // exercises the per-step random generator
+    cfg.epochs = 6;
+    const Corpus corpus = smallCorpus();
+    const std::string full = m_dir.filePath("full").toStdString();
+    const std::string split = m_dir.filePath("split").toStdString();
+    const TrainResult a = train(cfg, corpus, full);
+    QCOMPARE(a.status, TrainStatus::Finished);
+
+    std::atomic<bool> cancel{false};
+    TrainCallbacks cb;
+    cb.cancel = &cancel;
+    cb.onStep = [&](const StepMetrics& m) {
+        if (m.step == 7) // in the middle of epoch 3
+            cancel = true;
+    };
+    const TrainResult first = train(cfg, corpus, split, cb);
+    QCOMPARE(first.status, TrainStatus::Cancelled);
+    QCOMPARE(first.steps, int64_t(7));
+    QCOMPARE(first.history.size(), size_t(2));
+    cancel = false;
+    const TrainResult second = resume(split, corpus, cb);
+    QCOMPARE(second.status, TrainStatus::Finished);
+    QCOMPARE(second.steps, a.steps);
+    QCOMPARE(second.history.size(), a.history.size());
+    for (size_t e = 0; e < a.history.size(); ++e)
+        QCOMPARE(second.history[e].trainLoss, a.history[e].trainLoss); // bit for bit
+
+    const Chatbot ba = Chatbot::load(full), bb = Chatbot::load(split);
+    for (const auto& [p, r] : kDialog) {
+        const Reply ra = ba.reply(p), rb = bb.reply(p);
+        QCOMPARE(ra.text, rb.text);
+        QCOMPARE(ra.trace.encoderFinal[1].h, rb.trace.encoderFinal[1].h);
+        QCOMPARE(ra.trace.steps[0].topK[0].probability, rb.trace.steps[0].topK[0].probability);
+    }
+    // A finished run resumed again does nothing; more epochs continue it.
+    QCOMPARE(resume(split, corpus).steps, a.steps);
+    QCOMPARE(resume(split, corpus, {}, 7).steps, a.steps + 3);
+}
+
+void TestTraining::validationAndEarlyStopping()
+{
+    Corpus corpus = smallCorpus();
+    for (int i = 0; i < 8; ++i)
+        corpus.pairs.push_back({"question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0});
+    TrainConfig cfg = smallConfig();
+    cfg.validationFraction = 0.25;
+    cfg.epochs = 300;
+    cfg.patience = 3;
+    const TrainResult r = train(cfg, corpus, m_dir.filePath("val").toStdString());
+    QCOMPARE(r.status, TrainStatus::EarlyStopped);
+    QVERIFY(r.epochsDone < 300);
+    for (const auto& m : r.history) {
+        QVERIFY(std::isfinite(m.validationLoss));
+        QVERIFY(m.validationAccuracy >= 0 && m.validationAccuracy <= 1);
+        QVERIFY(std::abs(m.perplexity - std::exp(m.validationLoss)) < 1e-9 * m.perplexity);
+    }
+    double best = 1e300;
+    for (const auto& m : r.history)
+        best = std::min(best, m.validationLoss);
+    QCOMPARE(r.bestValidationLoss, best);
+    // The best epoch is exactly `patience` epochs before the end.
+    QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
+}
+
+void TestTraining::userErrors()
+{
+    const Corpus corpus = smallCorpus();
+    QVERIFY_THROWS_EXCEPTION(Error, train(smallConfig(), corpus, m_run)); // folder already holds a run
+    Corpus other = corpus;
+    other.pairs.pop_back();
+    try {
+        resume(m_run, other);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("corpus differs"));
+    }
+    TrainConfig bad = smallConfig();
+    bad.learningRate = -1;
+    try {
+        train(bad, corpus, m_dir.filePath("bad").toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("learning_rate"));
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, Chatbot::load(m_dir.filePath("nothing-here").toStdString()));
+
+    // A damaged run folder: each file gives an error naming it.
+    QTemporaryDir dir;
+    const QString copy = dir.filePath("run");
+    QDir().mkpath(copy);
+    for (const QString& f : QDir(QString::fromStdString(m_run)).entryList(QDir::Files))
+        QFile::copy(QString::fromStdString(m_run) + "/" + f, copy + "/" + f);
+    QFile ckpt(copy + "/ckpt-00000240.pt");
+    QVERIFY(ckpt.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    ckpt.write("not a checkpoint");
+    ckpt.close();
+    try {
+        Chatbot::load(copy.toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString::fromStdString(e.file()).endsWith("ckpt-00000240.pt"), e.what());
+    }
+    testutil::writeFile(dir, "run/config.json", "{\n  \"format\": \"chatbench-config\",\n  \"model\": [\n");
+    try {
+        Chatbot::load(copy.toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString::fromStdString(e.file()).endsWith("config.json"), e.what());
+        QVERIFY(e.line() >= 3);
+    }
+    // A checkpoint from a differently shaped model.
+    QFile::remove(copy + "/config.json");
+    QFile::copy(QString::fromStdString(m_run) + "/config.json", copy + "/config.json");
+    QFile cfgFile(copy + "/config.json");
+    QVERIFY(cfgFile.open(QIODevice::ReadOnly));
+    QByteArray text = cfgFile.readAll();
+    cfgFile.close();
+    text.replace("\"hidden\": 64", "\"hidden\": 32");
+    testutil::writeFile(dir, "run/config.json", text);
+    QFile::remove(copy + "/ckpt-00000240.pt");
+    QFile::copy(QString::fromStdString(m_run) + "/ckpt-00000240.pt", copy + "/ckpt-00000240.pt");
+    QVERIFY_THROWS_EXCEPTION(Error, Chatbot::load(copy.toStdString()));
+}
+
+void TestTraining::unknownAndEmptyInput()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    const Reply r = bot.reply("hello xylophone quux");
+    QCOMPARE(r.trace.unknownWords.size(), size_t(2));
+    QCOMPARE(r.trace.unknownWords[0], std::string("xylophone"));
+    QCOMPARE(r.trace.inputIds[1], Tokenizer::kUnk);
+    const Reply empty = bot.reply("?!");
+    QCOMPARE(empty.trace.inputIds.size(), size_t(1));
+    QVERIFY(empty.trace.checks.handoffEqual);
+    const Reply longInput = bot.reply(std::string(5000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z");
+    QVERIFY(longInput.trace.inputIds.size() <= 22);
+}
+
+QTEST_GUILESS_MAIN(TestTraining)
+#include "tst_training.moc"
