@@ -7,7 +7,7 @@ scripts/setup.sh
 BUILD="${CHATBENCH_BUILD_DIR:-build}"
 CACHE="${CHATBENCH_CACHE:-$HOME/.cache/chatbench}"
 export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"
-GUI="${CHATBENCH_GUI:-OFF}"
+GUI="${CHATBENCH_GUI:-ON}"
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHATBENCH_GUI="$GUI" \
     -DCHATBENCH_PYTHON="$CACHE/venv/bin/python" "$@" >/dev/null

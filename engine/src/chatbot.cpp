@@ -5,6 +5,7 @@
 #include "chatbench/trainer.h"
 #include "checkpoint.h"
 #include "model.h"
+#include "snapshot.h"
 #include "torchutil.h"
 
 #include <nlohmann/json.hpp>
@@ -83,6 +84,23 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
         }
     }
     impl->model->eval();
+    return Chatbot(impl);
+}
+
+Chatbot makeSnapshot(const TrainConfig& cfg, const Tokenizer& tok, Seq2Seq& model, int64_t step)
+{
+    torch::NoGradGuard noGrad;
+    auto impl = std::make_shared<Chatbot::Impl>();
+    impl->cfg = cfg;
+    impl->tok = tok;
+    impl->device = model->parameters().front().device();
+    impl->model = Seq2Seq(cfg.model);
+    impl->model->to(impl->device);
+    auto dst = impl->model->named_parameters();
+    for (const auto& p : model->named_parameters())
+        dst[p.key()].copy_(p.value());
+    impl->model->eval();
+    impl->step = step;
     return Chatbot(impl);
 }
 

@@ -6,6 +6,7 @@
 #include "chatbench/error.h"
 #include "checkpoint.h"
 #include "model.h"
+#include "snapshot.h"
 #include "text.h"
 #include "torchutil.h"
 
@@ -204,6 +205,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         saveCheckpoint(s.runDir, s.model, *s.optimizer, s.state);
     };
 
+    if (cb.onSnapshot)
+        cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.model, s.state.step));
     while (s.state.epoch < s.cfg.epochs && !s.state.finished) {
         const auto plan = planBatches(s.train, s.cfg.batchSize, s.cfg.bucketing, epochSeed(s.cfg.seed, s.state.epoch));
         auto epochStart = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.state.epochSeconds));
@@ -312,6 +315,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         checkpoint();
         if (cb.onEpoch)
             cb.onEpoch(m);
+        if (cb.onSnapshot)
+            cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.model, s.state.step));
         if (stopEarly) {
             log(cb, "early stop: validation loss has not improved for " + std::to_string(s.cfg.patience) + " epochs");
             return finish(TrainStatus::EarlyStopped);

@@ -13,6 +13,7 @@
 // A run folder holds config.json, vocab.json, metrics.csv, state.json and ckpt-<step>.pt
 // (model + optimizer); every file is written atomically (temporary file + rename).
 
+#include "chatbench/chatbot.h"
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
 
@@ -58,6 +59,9 @@ struct TrainCallbacks {
     std::function<void(const EpochMetrics&)> onEpoch;
     std::function<void(const TrainProgress&)> onProgress; // after every step
     std::function<void(const std::string&)> onLog;         // notes: device fallback, skipped pairs, checkpoints
+    // After every epoch (and once before the first step): a copy of the current weights to chat
+    // with from another thread while training goes on.
+    std::function<void(const Chatbot&)> onSnapshot;
     const std::atomic<bool>* cancel = nullptr;             // set to stop after the current batch
 };
 

@@ -1,0 +1,70 @@
+// chatbench: the workbench window. `--screenshot DIR` runs the screenshot tour instead.
+
+#include "corpusview.h"
+#include "mainwindow.h"
+#include "screenshottour.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QSettings>
+#include <QTemporaryDir>
+#include <QTimer>
+
+#include <memory>
+
+int main(int argc, char** argv)
+{
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("chatbench");
+    QApplication::setApplicationName("chatbench");
+    QApplication::setApplicationVersion("0.1.0");
+    QApplication::setWindowIcon(QIcon(":/chatbench.svg"));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription("Train LSTM seq2seq chatbots and see the encoder→decoder state handoff.");
+    parser.addHelpOption();
+    parser.addVersionOption();
+    QCommandLineOption corpusOpt("corpus", "Corpus to open (default: the last one, or the bundled corpus).", "path");
+    QCommandLineOption runsOpt("runs", "Folder for training runs.", "dir");
+    QCommandLineOption shotOpt("screenshot", "Run the screenshot tour and save PNGs into DIR.", "dir");
+    parser.addOptions({corpusOpt, runsOpt, shotOpt});
+    parser.process(app);
+
+    QString corpus = parser.value(corpusOpt);
+    if (corpus.isEmpty())
+        corpus = qEnvironmentVariable("CHATBENCH_CORPUS");
+    if (corpus.isEmpty())
+        corpus = QFileInfo::exists("datasets/chatbench") ? QDir("datasets/chatbench").absolutePath() : CHATBENCH_DATASETS_DIR "/chatbench";
+
+    // The tour starts from clean settings and a scratch runs folder, whatever the user has.
+    std::unique_ptr<QTemporaryDir> scratch;
+    const bool tour = parser.isSet(shotOpt);
+    QString runs = parser.value(runsOpt);
+    if (tour) {
+        scratch = std::make_unique<QTemporaryDir>();
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, scratch->filePath("settings"));
+        if (runs.isEmpty())
+            runs = scratch->filePath("runs");
+    }
+
+    MainWindow window(runs);
+    window.show();
+    if (parser.isSet(corpusOpt) || tour)
+        window.corpusView()->load(corpus);
+    else
+        window.restore(corpus);
+    if (!tour)
+        return app.exec();
+
+    ScreenshotTour shots(&window, parser.value(shotOpt));
+    int code = 0;
+    QTimer::singleShot(0, &app, [&] {
+        code = shots.run();
+        app.quit();
+    });
+    app.exec();
+    return code;
+}

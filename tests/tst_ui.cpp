@@ -1,0 +1,307 @@
+// The workbench window, offscreen: corpus stats, Train with progress and live plot points, Stop
+// within a second, chat with the handoff view and its badges, breaking the handoff, the
+// diversity probe, a bad corpus, chat while training, settings, and an event-loop stall probe.
+
+#include "chatbench/corpus.h"
+#include "chatview.h"
+#include "corpusview.h"
+#include "enginecontroller.h"
+#include "handoffview.h"
+#include "liveplot.h"
+#include "mainwindow.h"
+#include "qcp.h"
+#include "testutil.h"
+#include "trainview.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTabWidget>
+#include <QTableView>
+
+#include <algorithm>
+#include <memory>
+
+using namespace chatbench;
+
+namespace {
+
+const char* kCorpus = CHATBENCH_DATASETS_DIR "/chatbench";
+
+TrainConfig smallConfig(int epochs)
+{
+    TrainConfig c = preset("quick");
+    c.model.embedDim = 48;
+    c.model.hidden = 96;
+    c.epochs = epochs;
+    c.learningRate = 5e-3;
+    c.seed = 3;
+    return c;
+}
+
+} // namespace
+
+class TestUi : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase();
+    void cleanupTestCase();
+    void loadingCorpusFillsStats();
+    void badCorpusShowsErrorAndWindowStaysUsable();
+    void trainProducesProgressAndPlotPoints();
+    void chatReplyFillsHandoffView();
+    void breakingHandoffTurnsBadgeRedAndProbeDrops();
+    void stopEndsTrainingWithinASecond();
+    void chatWorksWhileTraining();
+    void plotDownsamplesAndKeepsNewestPoint();
+    void settingsPersist();
+
+private:
+    QTemporaryDir m_dir;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestUi::initTestCase()
+{
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName("chatbench-tests");
+    QCoreApplication::setApplicationName("tst_ui");
+    QSettings::setDefaultFormat(QSettings::IniFormat);
+    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_dir.filePath("settings"));
+    QSettings().clear();
+    m_window = std::make_unique<MainWindow>(m_dir.filePath("runs"));
+    m_window->show();
+    QSignalSpy devices(m_window->engine(), &EngineController::devicesReady);
+    QVERIFY(devices.count() == 1 || devices.wait(30000));
+}
+
+void TestUi::cleanupTestCase()
+{
+    m_window.reset();
+}
+
+void TestUi::loadingCorpusFillsStats()
+{
+    auto* corpus = m_window->corpusView();
+    QSignalSpy loaded(m_window->engine(), &EngineController::corpusLoaded);
+    corpus->load(kCorpus);
+    QVERIFY(loaded.wait(30000));
+    const size_t pairs = loadCorpus(kCorpus).pairs.size(); // the engine's own count, loaded independently
+    QCOMPARE(corpus->pairsLabel()->text(), QString::number(pairs));
+    QCOMPARE(corpus->preview()->model()->rowCount(), static_cast<int>(pairs));
+    QVERIFY(corpus->errorLabel()->isHidden());
+    QVERIFY(qobject_cast<QCPBars*>(corpus->histogram()->plottable(0))->data()->size() > 3);
+    corpus->filter()->setText("forget gate");
+    const int rows = corpus->preview()->model()->rowCount();
+    QVERIFY(rows > 0 && rows < static_cast<int>(pairs));
+    for (int r = 0; r < rows; ++r) {
+        const auto* m = corpus->preview()->model();
+        QVERIFY((m->index(r, 0).data().toString() + m->index(r, 1).data().toString()).contains("forget gate", Qt::CaseInsensitive));
+    }
+    corpus->filter()->clear();
+}
+
+void TestUi::badCorpusShowsErrorAndWindowStaysUsable()
+{
+    auto* corpus = m_window->corpusView();
+    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "hello\thi\nno tab on this line\n"));
+    QSignalSpy failed(m_window->engine(), &EngineController::failed);
+    corpus->load(bad);
+    QVERIFY(failed.wait(30000));
+    QCOMPARE(failed.first().at(1).value<EngineController::Job>(), EngineController::Job::Corpus);
+    QVERIFY(corpus->errorLabel()->isVisible());
+    QVERIFY2(corpus->errorLabel()->text().contains(bad + ":2:"), qPrintable(corpus->errorLabel()->text()));
+    // The previous corpus stays loaded and the window keeps working.
+    QVERIFY(corpus->isLoaded());
+    QSignalSpy loaded(m_window->engine(), &EngineController::corpusLoaded);
+    corpus->load(kCorpus);
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(corpus->errorLabel()->isHidden());
+}
+
+void TestUi::trainProducesProgressAndPlotPoints()
+{
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    train->setConfig(smallConfig(40));
+    QSignalSpy progress(engine, &EngineController::progress);
+    QSignalSpy epochs(engine, &EngineController::epochDone);
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+
+    // Event-loop stall probe: a 5 ms timer records how late the GUI thread gets to it.
+    QElapsedTimer clock;
+    clock.start();
+    std::vector<qint64> gaps;
+    qint64 last = 0;
+    QTimer probe;
+    probe.setInterval(5);
+    connect(&probe, &QTimer::timeout, this, [&] {
+        const qint64 now = clock.elapsed();
+        gaps.push_back(now - last);
+        last = now;
+    });
+    probe.start();
+
+    QVERIFY(train->trainButton()->isEnabled());
+    train->trainButton()->click();
+    QVERIFY(!train->trainButton()->isEnabled());
+    QVERIFY(train->stopButton()->isEnabled());
+    QVERIFY(progress.wait(60000));
+    QTRY_VERIFY_WITH_TIMEOUT(train->plot()->stepPoints() > 0 && train->plot()->drawnPoints(1) > 0, 30000);
+    QVERIFY(finished.wait(300000) || finished.count() == 1);
+    probe.stop();
+
+    const auto result = finished.first().at(0).value<TrainResult>();
+    QCOMPARE(result.status, TrainStatus::Finished);
+    QCOMPARE(epochs.count(), 40);
+    QCOMPARE(train->plot()->epochPoints(), 40);
+    QCOMPARE(train->plot()->stepPoints(), static_cast<int>(result.steps));
+    QTRY_COMPARE(train->plot()->drawnPoints(0), static_cast<int>(result.steps));
+    // Replots are throttled by the 40 ms timer, not done per batch.
+    QVERIFY2(train->plot()->replots() < train->plot()->stepPoints(),
+        qPrintable(QString("%1 replots for %2 steps").arg(train->plot()->replots()).arg(train->plot()->stepPoints())));
+    QVERIFY(result.history.back().trainLoss < result.history.front().trainLoss);
+    QVERIFY(train->trainButton()->isEnabled());
+    QVERIFY(train->runList()->count() >= 1);
+
+    std::sort(gaps.begin(), gaps.end());
+    const qint64 p99 = gaps.empty() ? 0 : gaps[std::min(gaps.size() - 1, gaps.size() * 99 / 100)];
+    const qint64 worst = gaps.empty() ? 0 : gaps.back();
+    qInfo("event-loop stall probe while training: %zu ticks, p50 %lld ms, p99 %lld ms, max %lld ms", gaps.size(),
+        gaps.empty() ? 0LL : static_cast<long long>(gaps[gaps.size() / 2]), static_cast<long long>(p99), static_cast<long long>(worst));
+    QVERIFY2(p99 < 250, qPrintable(QString("p99 gap %1 ms").arg(p99)));
+}
+
+void TestUi::chatReplyFillsHandoffView()
+{
+    auto* chat = m_window->chatView();
+    QVERIFY(m_window->engine()->hasBot());
+    QSignalSpy replies(m_window->engine(), &EngineController::replyReady);
+    chat->input()->setText("what does the forget gate do?");
+    QTest::keyClick(chat->input(), Qt::Key_Return);
+    QVERIFY(replies.wait(30000));
+    QCOMPARE(chat->botMessages(), 1);
+    auto* view = chat->handoffView();
+    QVERIFY(view->hasReply());
+    for (int i = 0; i < 3; ++i) {
+        QVERIFY2(view->badgePasses(i), qPrintable(view->badge(i)->text()));
+        QVERIFY(view->badge(i)->styleSheet().contains("#d8f3dc")); // green
+    }
+    QVERIFY(view->hHeatmap()->plottableCount() == 1);
+}
+
+void TestUi::breakingHandoffTurnsBadgeRedAndProbeDrops()
+{
+    auto* chat = m_window->chatView();
+    auto* engine = m_window->engine();
+    QVERIFY(chat->probeQuestions().size() >= 10);
+    QSignalSpy probes(engine, &EngineController::probeDone);
+    chat->probeButton()->click();
+    QVERIFY(probes.wait(60000));
+    const int healthy = probes.last().at(0).value<ProbeResult>().distinct;
+    QVERIFY2(healthy >= 5, qPrintable(QString::number(healthy)));
+
+    chat->breakSwitch()->setChecked(true);
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    chat->ask("what is an lstm?");
+    QVERIFY(replies.wait(30000));
+    QVERIFY(!chat->handoffView()->badgePasses(0));
+    QVERIFY(chat->handoffView()->badge(0)->styleSheet().contains("#fde2e1")); // red
+    QVERIFY(!chat->handoffView()->badgePasses(2));
+
+    chat->probeButton()->click();
+    QVERIFY(probes.wait(60000));
+    const auto broken = probes.last().at(0).value<ProbeResult>();
+    QCOMPARE(broken.handoff, HandoffMode::ZeroInit);
+    QCOMPARE(broken.distinct, 1);
+    QVERIFY(chat->probeLabel()->text().contains(QString("%1 distinct").arg(healthy)));
+    QVERIFY(chat->probeLabel()->text().contains("broken: 1 distinct"));
+    chat->breakSwitch()->setChecked(false);
+}
+
+void TestUi::stopEndsTrainingWithinASecond()
+{
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    TrainConfig cfg = smallConfig(100000);
+    cfg.model.hidden = 256; // slower steps, so Stop lands mid-epoch
+    train->setConfig(cfg);
+    QSignalSpy progress(engine, &EngineController::progress);
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    train->trainButton()->click();
+    QVERIFY(progress.wait(60000));
+    QElapsedTimer t;
+    t.start();
+    train->stopButton()->click();
+    QVERIFY(finished.wait(5000));
+    const qint64 ms = t.elapsed();
+    qInfo("Stop to trainingFinished: %lld ms", static_cast<long long>(ms));
+    QVERIFY2(ms < 1000, qPrintable(QString("%1 ms").arg(ms)));
+    QCOMPARE(finished.first().at(0).value<TrainResult>().status, TrainStatus::Cancelled);
+    QVERIFY(train->resumeButton()->isEnabled());
+    QVERIFY(QFile::exists(train->currentRun() + "/state.json"));
+}
+
+void TestUi::chatWorksWhileTraining()
+{
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    QSignalSpy started(engine, &EngineController::trainingStarted);
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    train->resumeButton()->click(); // continue the stopped run
+    QVERIFY(started.wait(60000));
+    QVERIFY(engine->isTraining());
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    m_window->chatView()->ask("hello");
+    QVERIFY(replies.wait(30000));
+    QVERIFY(engine->isTraining()); // answered from a snapshot while training went on
+    engine->stop();
+    QVERIFY(finished.wait(10000));
+}
+
+void TestUi::plotDownsamplesAndKeepsNewestPoint()
+{
+    LivePlot plot;
+    QSignalSpy replotted(&plot, &LivePlot::replotted);
+    for (int i = 1; i <= 100001; ++i)
+        plot.addStep({0, i, 1.0 / i, 1000, i * 0.01});
+    QVERIFY(replotted.wait(2000));
+    QVERIFY(plot.drawnPoints(0) <= LivePlot::kMaxDrawn + 1);
+    QVERIFY(plot.drawnPoints(0) >= LivePlot::kMaxDrawn / 2);
+    auto* raw = plot.lossPlot()->graph(0);
+    QCOMPARE((raw->data()->constEnd() - 1)->key, 100001.0);
+    QCOMPARE(replotted.count(), 1); // 100k points, one replot
+}
+
+void TestUi::settingsPersist()
+{
+    TrainConfig cfg = smallConfig(17);
+    cfg.batchSize = 21;
+    m_window->trainView()->setConfig(cfg);
+    m_window->tabs()->setCurrentIndex(2);
+    m_window->close();
+    QSettings s;
+    QCOMPARE(s.value("lastCorpus").toString(), QString(kCorpus));
+    QVERIFY(!s.value("lastRun").toString().isEmpty());
+    QCOMPARE(s.value("tab").toInt(), 2);
+    MainWindow again(m_dir.filePath("runs"));
+    QCOMPARE(again.trainView()->config().epochs, 17);
+    QCOMPARE(again.trainView()->config().batchSize, 21);
+    QCOMPARE(again.tabs()->currentIndex(), 2);
+    QSignalSpy loaded(again.engine(), &EngineController::corpusLoaded);
+    QSignalSpy run(again.engine(), &EngineController::runLoaded);
+    again.restore(QString());
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(run.count() == 1 || run.wait(30000));
+}
+
+QTEST_MAIN(TestUi)
+#include "tst_ui.moc"

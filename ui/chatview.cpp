@@ -1,0 +1,238 @@
+#include "chatview.h"
+
+#include "handoffview.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMouseEvent>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTimer>
+#include <QVBoxLayout>
+
+using namespace chatbench;
+
+namespace {
+
+// A chat bubble; bot bubbles are clickable and open their handoff view.
+class Bubble : public QLabel {
+public:
+    Bubble(const QString& text, bool bot, std::function<void()> onClick)
+        : QLabel(text)
+        , m_onClick(std::move(onClick))
+    {
+        setWordWrap(true);
+        setTextFormat(Qt::RichText);
+        setMaximumWidth(420);
+        setStyleSheet(bot ? "QLabel { background: #eef1f6; border: 1px solid #cfd6e3; border-radius: 10px; padding: 7px; }"
+                          : "QLabel { background: #2f6fd0; color: white; border-radius: 10px; padding: 7px; }");
+        if (bot) {
+            setCursor(Qt::PointingHandCursor);
+            setToolTip(QObject::tr("Click to open this reply's state handoff"));
+        }
+    }
+
+protected:
+    void mousePressEvent(QMouseEvent* e) override
+    {
+        if (m_onClick && e->button() == Qt::LeftButton)
+            m_onClick();
+    }
+
+private:
+    std::function<void()> m_onClick;
+};
+
+} // namespace
+
+ChatView::ChatView(EngineController* engine, QWidget* parent)
+    : QWidget(parent)
+    , m_engine(engine)
+{
+    m_messages = new QWidget;
+    m_messagesLayout = new QVBoxLayout(m_messages);
+    m_messagesLayout->addStretch();
+    m_scroll = new QScrollArea;
+    m_scroll->setWidget(m_messages);
+    m_scroll->setWidgetResizable(true);
+
+    m_input = new QLineEdit;
+    m_input->setPlaceholderText(tr("Ask the bot something and press Enter"));
+    m_send = new QPushButton(tr("Send"));
+    auto* inputBar = new QHBoxLayout;
+    inputBar->addWidget(m_input, 1);
+    inputBar->addWidget(m_send);
+
+    m_method = new QComboBox;
+    m_method->addItem(tr("greedy"), static_cast<int>(DecodeMethod::Greedy));
+    m_method->addItem(tr("beam"), static_cast<int>(DecodeMethod::Beam));
+    m_method->addItem(tr("sample"), static_cast<int>(DecodeMethod::Sample));
+    m_beam = new QSpinBox;
+    m_beam->setRange(1, 32);
+    m_beam->setValue(4);
+    m_beam->setPrefix(tr("beam "));
+    m_temperature = new QDoubleSpinBox;
+    m_temperature->setRange(0.05, 5);
+    m_temperature->setSingleStep(0.1);
+    m_temperature->setValue(1.0);
+    m_temperature->setPrefix(tr("T "));
+    m_topK = new QSpinBox;
+    m_topK->setRange(0, 1000);
+    m_topK->setPrefix(tr("top-k "));
+    m_topK->setSpecialValueText(tr("top-k all"));
+    auto* opts = new QHBoxLayout;
+    opts->addWidget(new QLabel(tr("decoding")));
+    opts->addWidget(m_method);
+    opts->addWidget(m_beam);
+    opts->addWidget(m_temperature);
+    opts->addWidget(m_topK);
+    opts->addStretch();
+
+    m_break = new QCheckBox(tr("Break the handoff"));
+    m_break->setToolTip(tr("Reproduce the seed's bug: the decoder does not get the encoder's state"));
+    m_break->setShortcut(QKeySequence("Ctrl+B"));
+    m_breakMode = new QComboBox;
+    m_breakMode->addItem(tr("decoder starts from zeros"), static_cast<int>(HandoffMode::ZeroInit));
+    m_breakMode->addItem(tr("state reset every step"), static_cast<int>(HandoffMode::ResetEachStep));
+    m_probe = new QPushButton(tr("Diversity probe"));
+    m_probe->setToolTip(tr("Ask a set of different questions and count the distinct replies (Ctrl+D)"));
+    m_probe->setShortcut(QKeySequence("Ctrl+D"));
+    m_probeLabel = new QLabel(tr("probe: not run"));
+    m_probeLabel->setWordWrap(true);
+    auto* bug = new QHBoxLayout;
+    bug->addWidget(m_break);
+    bug->addWidget(m_breakMode);
+    bug->addSpacing(12);
+    bug->addWidget(m_probe);
+    bug->addWidget(m_probeLabel, 1);
+
+    m_botLabel = new QLabel(tr("No model yet: train one (Train tab) or double-click a run in the run history."));
+    m_botLabel->setStyleSheet("color: #666;");
+
+    auto* left = new QWidget;
+    auto* leftLayout = new QVBoxLayout(left);
+    leftLayout->setContentsMargins(0, 0, 0, 0);
+    leftLayout->addWidget(m_botLabel);
+    leftLayout->addWidget(m_scroll, 1);
+    leftLayout->addLayout(inputBar);
+    leftLayout->addLayout(opts);
+    leftLayout->addLayout(bug);
+
+    m_handoff = new HandoffView;
+    auto* split = new QSplitter;
+    split->addWidget(left);
+    split->addWidget(m_handoff);
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(split);
+
+    connect(m_input, &QLineEdit::returnPressed, this, &ChatView::send);
+    connect(m_send, &QPushButton::clicked, this, &ChatView::send);
+    connect(m_probe, &QPushButton::clicked, this, &ChatView::runProbe);
+    connect(m_engine, &EngineController::botReady, this, [this](qint64 step) {
+        m_botLabel->setText(m_engine->isTraining() ? tr("Chatting with a snapshot of the training weights (step %1)").arg(step)
+                                                   : tr("Chatting with the model at step %1").arg(step));
+    });
+    connect(m_engine, &EngineController::replyReady, this, [this](const ChatAnswer& a) {
+        m_answers.insert(a.id, a);
+        QString text = QString(a.reply.text.empty() ? tr("<i>(empty reply)</i>") : QString::fromStdString(a.reply.text).toHtmlEscaped());
+        if (!a.reply.trace.unknownWords.empty()) {
+            QStringList unk;
+            for (const auto& w : a.reply.trace.unknownWords)
+                unk << QString::fromStdString(w).toHtmlEscaped();
+            text += tr("<br><small style='color:#a05a00'>unknown words: %1</small>").arg(unk.join(", "));
+        }
+        addBubble(text, true, a.id, &a.reply.trace.checks);
+        selectAnswer(a.id);
+    });
+    connect(m_engine, &EngineController::probeDone, this, [this](const ProbeResult& r) {
+        const QString line = tr("%1 distinct of %2").arg(r.distinct).arg(r.questions.size());
+        if (r.handoff == HandoffMode::Correct)
+            m_probeCorrect = line;
+        else
+            m_probeBroken = line;
+        m_probeLabel->setText(tr("probe — handoff correct: %1 · broken: %2")
+                                  .arg(m_probeCorrect.isEmpty() ? tr("not run") : m_probeCorrect,
+                                      m_probeBroken.isEmpty() ? tr("not run") : m_probeBroken));
+        m_probeLabel->setStyleSheet(r.distinct <= 1 ? "color: #8a1c13; font-weight: bold;" : "color: #1b5e20;");
+        m_probe->setEnabled(true);
+    });
+    connect(m_engine, &EngineController::failed, this, [this](const QString&, EngineController::Job job) {
+        if (job == EngineController::Job::Chat)
+            m_probe->setEnabled(true);
+    });
+}
+
+DecodeOptions ChatView::decodeOptions() const
+{
+    DecodeOptions o;
+    o.method = static_cast<DecodeMethod>(m_method->currentData().toInt());
+    o.beamWidth = m_beam->value();
+    o.temperature = m_temperature->value();
+    o.topK = m_topK->value();
+    o.handoff = m_break->isChecked() ? static_cast<HandoffMode>(m_breakMode->currentData().toInt()) : HandoffMode::Correct;
+    return o;
+}
+
+void ChatView::send()
+{
+    const QString text = m_input->text().trimmed();
+    if (text.isEmpty())
+        return;
+    m_input->clear();
+    ask(text);
+}
+
+void ChatView::ask(const QString& text)
+{
+    addBubble(text.toHtmlEscaped(), false, 0);
+    m_engine->chat(text, decodeOptions());
+}
+
+void ChatView::runProbe()
+{
+    QStringList questions = m_probeQuestions;
+    if (questions.isEmpty())
+        questions = {"hello", "how are you?", "what is your name?", "what is an lstm?", "tell me a joke",
+            "what does the forget gate do?", "how do i start training?", "goodbye"};
+    m_probe->setEnabled(false);
+    m_probeLabel->setText(tr("probing %1 questions…").arg(questions.size()));
+    m_engine->probeDiversity(questions, decodeOptions());
+}
+
+void ChatView::selectAnswer(quint64 id)
+{
+    auto it = m_answers.find(id);
+    if (it != m_answers.end())
+        m_handoff->showReply(it->prompt, it->reply);
+}
+
+void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceChecks* checks)
+{
+    QString html = text;
+    if (bot && checks) {
+        auto dot = [](bool ok, const QString& what) {
+            return QString("<span style='color:%1' title='%2'>%3</span>").arg(ok ? "#1b8a3a" : "#c62828", what, ok ? "&#10004;" : "&#10008;");
+        };
+        html += QString("<br><small>%1 handoff %2 carried %3 step-wise</small>")
+                    .arg(dot(checks->handoffEqual, tr("handoff equal")), dot(checks->stateCarried, tr("state carried")),
+                        dot(checks->teacherForcedEqual, tr("step-wise == teacher-forced")));
+    }
+    auto* bubble = new Bubble(html, bot, bot ? std::function<void()>([this, id] { selectAnswer(id); }) : std::function<void()>());
+    auto* row = new QHBoxLayout;
+    if (!bot)
+        row->addStretch();
+    row->addWidget(bubble);
+    if (bot)
+        row->addStretch();
+    m_messagesLayout->insertLayout(m_messagesLayout->count(), row);
+    QTimer::singleShot(0, this, [this] { m_scroll->verticalScrollBar()->setValue(m_scroll->verticalScrollBar()->maximum()); });
+}

@@ -1,0 +1,69 @@
+#pragma once
+// The Chat tab: message bubbles, decoding options, the "break the handoff" switch, the
+// reply-diversity probe, and the handoff view of the selected bot reply.
+
+#include "enginecontroller.h"
+
+#include <QMap>
+#include <QWidget>
+
+class HandoffView;
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QScrollArea;
+class QSpinBox;
+class QVBoxLayout;
+
+class ChatView : public QWidget {
+    Q_OBJECT
+
+public:
+    ChatView(EngineController* engine, QWidget* parent = nullptr);
+
+    chatbench::DecodeOptions decodeOptions() const;
+    // Questions the diversity probe asks (the loaded corpus' first prompts by default).
+    void setProbeQuestions(const QStringList& questions) { m_probeQuestions = questions; }
+    QStringList probeQuestions() const { return m_probeQuestions; }
+
+    HandoffView* handoffView() const { return m_handoff; }
+    QLineEdit* input() const { return m_input; }
+    QCheckBox* breakSwitch() const { return m_break; }
+    QComboBox* breakMode() const { return m_breakMode; }
+    QLabel* probeLabel() const { return m_probeLabel; }
+    QPushButton* probeButton() const { return m_probe; }
+    int botMessages() const { return m_answers.size(); }
+
+public Q_SLOTS:
+    void send();
+    void ask(const QString& text);
+    void runProbe();
+    void selectAnswer(quint64 id);
+
+private:
+    void addBubble(const QString& text, bool bot, quint64 id, const chatbench::TraceChecks* checks = nullptr);
+
+    EngineController* m_engine;
+    QScrollArea* m_scroll = nullptr;
+    QWidget* m_messages = nullptr;
+    QVBoxLayout* m_messagesLayout = nullptr;
+    QLineEdit* m_input = nullptr;
+    QPushButton* m_send = nullptr;
+    QComboBox* m_method = nullptr;
+    QSpinBox* m_beam = nullptr;
+    QDoubleSpinBox* m_temperature = nullptr;
+    QSpinBox* m_topK = nullptr;
+    QCheckBox* m_break = nullptr;
+    QComboBox* m_breakMode = nullptr;
+    QPushButton* m_probe = nullptr;
+    QLabel* m_probeLabel = nullptr;
+    QLabel* m_botLabel = nullptr;
+    HandoffView* m_handoff = nullptr;
+    QMap<quint64, ChatAnswer> m_answers;
+    QStringList m_probeQuestions;
+    QString m_probeCorrect;
+    QString m_probeBroken;
+};

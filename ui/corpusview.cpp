@@ -1,0 +1,264 @@
+#include "corpusview.h"
+
+#include "qcp.h"
+
+#include <QAbstractTableModel>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMimeData>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSpinBox>
+#include <QTableView>
+#include <QVBoxLayout>
+
+using namespace chatbench;
+
+class PairTableModel : public QAbstractTableModel {
+public:
+    using QAbstractTableModel::QAbstractTableModel;
+
+    void setPairs(std::shared_ptr<const std::vector<Pair>> pairs)
+    {
+        beginResetModel();
+        m_pairs = std::move(pairs);
+        endResetModel();
+    }
+    int rowCount(const QModelIndex& parent = {}) const override
+    {
+        return parent.isValid() || !m_pairs ? 0 : static_cast<int>(m_pairs->size());
+    }
+    int columnCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : 3; }
+    QVariant data(const QModelIndex& index, int role) const override
+    {
+        if (!m_pairs || (role != Qt::DisplayRole && role != Qt::ToolTipRole))
+            return {};
+        const Pair& p = (*m_pairs)[static_cast<size_t>(index.row())];
+        switch (index.column()) {
+        case 0: return QString::fromStdString(p.prompt);
+        case 1: return QString::fromStdString(p.response);
+        default: return QString("%1:%2").arg(QFileInfo(QString::fromStdString(p.file)).fileName()).arg(p.line);
+        }
+    }
+    QVariant headerData(int section, Qt::Orientation o, int role) const override
+    {
+        if (o != Qt::Horizontal || role != Qt::DisplayRole)
+            return QAbstractTableModel::headerData(section, o, role);
+        return section == 0 ? QObject::tr("prompt") : section == 1 ? QObject::tr("response") : QObject::tr("source");
+    }
+
+private:
+    std::shared_ptr<const std::vector<Pair>> m_pairs;
+};
+
+CorpusView::CorpusView(EngineController* engine, QWidget* parent)
+    : QWidget(parent)
+    , m_engine(engine)
+{
+    setAcceptDrops(true);
+    auto* openFileButton = new QPushButton(tr("Open file…"));
+    openFileButton->setShortcut(QKeySequence::Open);
+    openFileButton->setToolTip(tr("Open a corpus file (Ctrl+O); you can also drop files or folders here"));
+    auto* openFolderButton = new QPushButton(tr("Open folder…"));
+    openFolderButton->setShortcut(QKeySequence("Ctrl+Shift+O"));
+    auto* reload = new QPushButton(tr("Reload"));
+    m_format = new QComboBox;
+    for (auto f : {CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
+             CorpusFormat::Cornell, CorpusFormat::DialogText})
+        m_format->addItem(QString::fromStdString(formatName(f)), static_cast<int>(f));
+    m_latin1 = new QCheckBox(tr("Latin-1"));
+    m_mode = new QComboBox;
+    m_mode->addItem(tr("Keras tokenizer"), static_cast<int>(TokenizerMode::Keras));
+    m_mode->addItem(tr("punctuation-aware"), static_cast<int>(TokenizerMode::Punctuation));
+    m_minFreq = new QSpinBox;
+    m_minFreq->setRange(1, 1000);
+    m_minFreq->setPrefix(tr("min freq "));
+    auto* bar = new QHBoxLayout;
+    bar->addWidget(openFileButton);
+    bar->addWidget(openFolderButton);
+    bar->addWidget(reload);
+    bar->addSpacing(16);
+    bar->addWidget(new QLabel(tr("format")));
+    bar->addWidget(m_format);
+    bar->addWidget(m_latin1);
+    bar->addSpacing(16);
+    bar->addWidget(m_mode);
+    bar->addWidget(m_minFreq);
+    bar->addStretch();
+
+    m_error = new QLabel;
+    m_error->setWordWrap(true);
+    m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_error->setStyleSheet("QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; padding: 6px; border-radius: 4px; }");
+    m_error->hide();
+
+    auto* stats = new QFormLayout;
+    stats->addRow(tr("Corpus"), m_pathLabel = new QLabel(tr("none")));
+    stats->addRow(tr("Format"), m_formatLabel = new QLabel("-"));
+    stats->addRow(tr("Pairs"), m_pairs = new QLabel("-"));
+    stats->addRow(tr("Vocabulary"), m_vocab = new QLabel("-"));
+    stats->addRow(tr("OOV rate"), m_oov = new QLabel("-"));
+    stats->addRow(tr("Warnings"), m_warnings = new QLabel("-"));
+    m_pathLabel->setWordWrap(true);
+    m_warnings->setWordWrap(true);
+    m_oov->setToolTip(tr("Share of validation-split words that the training-split vocabulary maps to <unk>"));
+    auto* statsBox = new QGroupBox(tr("Statistics"));
+    statsBox->setLayout(stats);
+    statsBox->setMaximumWidth(360);
+
+    m_hist = new QCustomPlot;
+    m_hist->setMinimumHeight(200);
+    m_hist->xAxis->setLabel(tr("words per turn"));
+    m_hist->yAxis->setLabel(tr("pairs"));
+    m_hist->legend->setVisible(true);
+    m_hist->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    auto* promptBars = new QCPBars(m_hist->xAxis, m_hist->yAxis);
+    promptBars->setName(tr("prompt length"));
+    promptBars->setPen(Qt::NoPen);
+    promptBars->setBrush(QColor(40, 100, 200, 170));
+    promptBars->setWidth(0.45);
+    auto* responseBars = new QCPBars(m_hist->xAxis, m_hist->yAxis);
+    responseBars->setName(tr("response length"));
+    responseBars->setPen(Qt::NoPen);
+    responseBars->setBrush(QColor(230, 120, 20, 170));
+    responseBars->setWidth(0.45);
+
+    auto* top = new QHBoxLayout;
+    top->addWidget(statsBox);
+    top->addWidget(m_hist, 1);
+
+    m_filter = new QLineEdit;
+    m_filter->setPlaceholderText(tr("Filter pairs…"));
+    m_filter->setClearButtonEnabled(true);
+    m_model = new PairTableModel(this);
+    m_proxy = new QSortFilterProxyModel(this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setFilterKeyColumn(-1);
+    m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    m_table = new QTableView;
+    m_table->setModel(m_proxy);
+    m_table->setSortingEnabled(true);
+    m_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+    m_table->verticalHeader()->setDefaultSectionSize(22);
+    m_table->setAlternatingRowColors(true);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(bar);
+    layout->addWidget(m_error);
+    layout->addLayout(top, 2);
+    layout->addWidget(m_filter);
+    layout->addWidget(m_table, 3);
+
+    connect(openFileButton, &QPushButton::clicked, this, &CorpusView::openFile);
+    connect(openFolderButton, &QPushButton::clicked, this, &CorpusView::openFolder);
+    connect(reload, &QPushButton::clicked, this, [this] {
+        if (!m_path.isEmpty())
+            load(m_path);
+    });
+    connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
+    connect(m_minFreq, &QSpinBox::valueChanged, this, [this] {
+        if (m_loaded)
+            load(m_path);
+    });
+    connect(m_mode, &QComboBox::currentIndexChanged, this, [this] {
+        if (m_loaded)
+            load(m_path);
+    });
+    connect(m_engine, &EngineController::corpusLoaded, this, &CorpusView::showSummary);
+}
+
+TokenizerOptions CorpusView::tokenizerOptions() const
+{
+    TokenizerOptions t;
+    t.mode = static_cast<TokenizerMode>(m_mode->currentData().toInt());
+    t.minFrequency = m_minFreq->value();
+    return t;
+}
+
+void CorpusView::load(const QString& path)
+{
+    CorpusRequest r;
+    r.path = path;
+    r.format = static_cast<CorpusFormat>(m_format->currentData().toInt());
+    r.latin1 = m_latin1->isChecked();
+    r.tokenizer = tokenizerOptions();
+    m_pending = true;
+    m_error->hide();
+    m_pathLabel->setText(tr("loading %1…").arg(path));
+    m_engine->loadCorpus(r);
+}
+
+void CorpusView::openFile()
+{
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open a corpus"), QFileInfo(m_path).absolutePath(),
+        tr("Corpora (*.yml *.yaml *.tsv *.jsonl *.json *.ndjson *.txt);;All files (*)"));
+    if (!path.isEmpty())
+        load(path);
+}
+
+void CorpusView::openFolder()
+{
+    const QString path = QFileDialog::getExistingDirectory(this, tr("Open a corpus folder (chatterbot YAML or Cornell)"),
+        QFileInfo(m_path).absolutePath());
+    if (!path.isEmpty())
+        load(path);
+}
+
+void CorpusView::showError(const QString& message)
+{
+    m_pending = false;
+    m_error->setText(tr("Could not load the corpus:\n%1").arg(message));
+    m_error->show();
+    m_pathLabel->setText(m_loaded ? m_path : tr("none"));
+}
+
+void CorpusView::showSummary(const CorpusSummary& s)
+{
+    m_pending = false;
+    m_loaded = true;
+    m_path = s.request.path;
+    m_error->hide();
+    m_pathLabel->setText(s.request.path);
+    m_formatLabel->setText(tr("%1 (%2 file(s))").arg(s.format).arg(s.files));
+    m_pairs->setText(QString::number(s.pairs));
+    m_vocab->setText(tr("%1 words at min frequency %2").arg(s.vocabulary).arg(s.request.tokenizer.minFrequency));
+    m_oov->setText(QString("%1 %").arg(100 * s.oovRate, 0, 'f', 1));
+    m_warnings->setText(s.warnings.isEmpty() ? tr("none") : s.warnings.join("\n"));
+    auto bars = [&](int i, const QVector<double>& h, double offset) {
+        auto* b = qobject_cast<QCPBars*>(m_hist->plottable(i));
+        QVector<double> x(h.size());
+        for (int k = 0; k < h.size(); ++k)
+            x[k] = k + offset;
+        b->setData(x, h);
+    };
+    bars(0, s.promptLengths, -0.22);
+    bars(1, s.responseLengths, 0.22);
+    m_hist->rescaleAxes();
+    m_hist->yAxis->setRangeLower(0);
+    m_hist->replot();
+    m_model->setPairs(s.data);
+    Q_EMIT loaded(s.request.path, s.pairs);
+}
+
+void CorpusView::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls())
+        event->acceptProposedAction();
+}
+
+void CorpusView::dropEvent(QDropEvent* event)
+{
+    const auto urls = event->mimeData()->urls();
+    if (!urls.isEmpty() && urls.first().isLocalFile())
+        load(urls.first().toLocalFile());
+}

@@ -1,0 +1,348 @@
+#include "enginecontroller.h"
+
+#include "chatbench/error.h"
+#include "runhistory.h"
+
+#include <QDir>
+#include <QFileInfo>
+
+#include <map>
+#include <set>
+
+using namespace chatbench;
+
+namespace {
+
+// Runs `job` and turns anything it throws into one message for `failed`.
+template <typename Job, typename Fail>
+void guarded(Job&& job, Fail&& fail)
+{
+    try {
+        job();
+    } catch (const chatbench::Error& e) {
+        fail(QString::fromStdString(e.what()));
+    } catch (const std::exception& e) {
+        fail(QStringLiteral("internal error: %1").arg(QString::fromStdString(e.what())));
+    }
+}
+
+} // namespace
+
+// ---- engine thread ------------------------------------------------------------------------
+
+class EngineWorker : public QObject {
+    Q_OBJECT
+
+public:
+    explicit EngineWorker(std::shared_ptr<std::atomic<bool>> cancel)
+        : m_cancel(std::move(cancel))
+    {
+    }
+
+    void probeDevices()
+    {
+        guarded([&] { Q_EMIT devicesReady(listDevices()); }, [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Devices); });
+    }
+
+    void loadCorpus(const CorpusRequest& req)
+    {
+        guarded(
+            [&] {
+                LoadOptions opt;
+                opt.format = req.format;
+                opt.latin1 = req.latin1;
+                auto corpus = std::make_shared<Corpus>(chatbench::loadCorpus(req.path.toStdString(), opt));
+                CorpusSummary s;
+                s.request = req;
+                s.format = QString::fromStdString(formatName(corpus->format));
+                s.files = static_cast<int>(corpus->files.size());
+                s.pairs = static_cast<int>(corpus->pairs.size());
+                const Split split = splitPairs(corpus->pairs, 0.1, 42);
+                const Tokenizer tok = Tokenizer::build(split.train, req.tokenizer);
+                s.vocabulary = static_cast<int>(tok.size());
+                s.oovRate = oovRate(tok, split.validation);
+                auto bump = [](QVector<double>& h, size_t n) {
+                    if (h.size() <= static_cast<int>(n))
+                        h.resize(static_cast<int>(n) + 1);
+                    h[static_cast<int>(n)] += 1;
+                };
+                for (const auto& p : corpus->pairs) {
+                    bump(s.promptLengths, tok.split(p.prompt).size());
+                    bump(s.responseLengths, tok.split(p.response).size());
+                }
+                for (const auto& w : corpus->warnings)
+                    s.warnings << QString::fromStdString(w);
+                s.data = std::shared_ptr<const std::vector<Pair>>(corpus, &corpus->pairs);
+                m_corpus = corpus;
+                m_corpusPath = req.path;
+                m_latin1 = req.latin1;
+                Q_EMIT corpusLoaded(s);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Corpus); });
+    }
+
+    void train(TrainConfig cfg, const QString& runDir)
+    {
+        if (!m_corpus) {
+            Q_EMIT failed(tr("Load a corpus before training."), EngineController::Job::Training);
+            Q_EMIT trainingFinished(TrainResult{TrainStatus::Cancelled}, runDir);
+            return;
+        }
+        cfg.corpus = m_corpusPath.toStdString();
+        cfg.corpusFormat = m_corpus->format;
+        cfg.latin1 = m_latin1;
+        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::train(cfg, *m_corpus, runDir.toStdString(), cb); });
+    }
+
+    void resume(const QString& runDir, int epochs)
+    {
+        guarded(
+            [&] {
+                const TrainConfig cfg = loadRunConfig(runDir.toStdString());
+                const QString path = QString::fromStdString(cfg.corpus);
+                if (!m_corpus || QFileInfo(path) != QFileInfo(m_corpusPath)) {
+                    LoadOptions opt;
+                    opt.format = cfg.corpusFormat;
+                    opt.latin1 = cfg.latin1;
+                    m_corpus = std::make_shared<Corpus>(chatbench::loadCorpus(cfg.corpus, opt));
+                    m_corpusPath = path;
+                    m_latin1 = cfg.latin1;
+                }
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
+        if (!m_corpus) {
+            Q_EMIT trainingFinished(TrainResult{TrainStatus::Cancelled}, runDir);
+            return;
+        }
+        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), *m_corpus, cb, epochs); });
+    }
+
+    void loadRun(const QString& runDir)
+    {
+        guarded(
+            [&] {
+                auto bot = std::make_shared<const Chatbot>(Chatbot::load(runDir.toStdString()));
+                RunSummary r;
+                r.runDir = runDir;
+                r.config = bot->config();
+                r.history = readRunHistory(runDir);
+                Q_EMIT snapshot(bot);
+                Q_EMIT runLoaded(r);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Run); });
+    }
+
+Q_SIGNALS:
+    void devicesReady(const std::vector<chatbench::DeviceInfo>& devices);
+    void corpusLoaded(const CorpusSummary& summary);
+    void trainingStarted(const QString& runDir, const chatbench::TrainConfig& config, qint64 firstStep);
+    void stepDone(const chatbench::StepMetrics& metrics);
+    void epochDone(const chatbench::EpochMetrics& metrics);
+    void progress(const chatbench::TrainProgress& progress);
+    void trainingFinished(const chatbench::TrainResult& result, const QString& runDir);
+    void runLoaded(const RunSummary& run);
+    void snapshot(std::shared_ptr<const chatbench::Chatbot> bot);
+    void log(const QString& message);
+    void failed(const QString& message, EngineController::Job job);
+
+private:
+    template <typename Fn>
+    void run(const QString& runDir, Fn&& fn)
+    {
+        m_cancel->store(false);
+        TrainCallbacks cb;
+        cb.cancel = m_cancel.get();
+        bool started = false;
+        cb.onStep = [&](const StepMetrics& m) { Q_EMIT stepDone(m); };
+        cb.onEpoch = [&](const EpochMetrics& m) { Q_EMIT epochDone(m); };
+        cb.onProgress = [&](const TrainProgress& p) { Q_EMIT progress(p); };
+        cb.onLog = [&](const std::string& m) { Q_EMIT log(QString::fromStdString(m)); };
+        cb.onSnapshot = [&](const Chatbot& bot) {
+            if (!started) {
+                started = true;
+                Q_EMIT trainingStarted(runDir, bot.config(), bot.step());
+            }
+            Q_EMIT snapshot(std::make_shared<const Chatbot>(bot));
+        };
+        TrainResult result;
+        result.status = TrainStatus::Cancelled;
+        guarded([&] { result = fn(cb); }, [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
+        Q_EMIT trainingFinished(result, runDir);
+    }
+
+    std::shared_ptr<std::atomic<bool>> m_cancel;
+    std::shared_ptr<Corpus> m_corpus;
+    QString m_corpusPath;
+    bool m_latin1 = false;
+};
+
+// ---- chat thread --------------------------------------------------------------------------
+
+class ChatWorker : public QObject {
+    Q_OBJECT
+
+public:
+    void setBot(std::shared_ptr<const Chatbot> bot) { m_bot = std::move(bot); }
+
+    void reply(quint64 id, const QString& text, const DecodeOptions& opt)
+    {
+        if (!m_bot) {
+            Q_EMIT failed(tr("There is no model to chat with yet: train one or open a saved run."), EngineController::Job::Chat);
+            return;
+        }
+        guarded(
+            [&] {
+                ChatAnswer a;
+                a.id = id;
+                a.prompt = text;
+                a.reply = m_bot->reply(text.toStdString(), opt);
+                a.botStep = m_bot->step();
+                Q_EMIT replyReady(a);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
+    }
+
+    void probe(const QStringList& questions, const DecodeOptions& opt)
+    {
+        if (!m_bot) {
+            Q_EMIT failed(tr("There is no model to probe yet: train one or open a saved run."), EngineController::Job::Chat);
+            return;
+        }
+        guarded(
+            [&] {
+                ProbeResult r;
+                r.questions = questions;
+                r.handoff = opt.handoff;
+                std::set<std::string> distinct;
+                for (const QString& q : questions) {
+                    const Reply rep = m_bot->reply(q.toStdString(), opt);
+                    r.replies << QString::fromStdString(rep.text);
+                    distinct.insert(rep.text);
+                }
+                r.distinct = static_cast<int>(distinct.size());
+                Q_EMIT probeDone(r);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
+    }
+
+Q_SIGNALS:
+    void replyReady(const ChatAnswer& answer);
+    void probeDone(const ProbeResult& result);
+    void failed(const QString& message, EngineController::Job job);
+
+private:
+    std::shared_ptr<const Chatbot> m_bot;
+};
+
+// ---- controller ---------------------------------------------------------------------------
+
+EngineController::EngineController(QObject* parent)
+    : QObject(parent)
+    , m_cancel(std::make_shared<std::atomic<bool>>(false))
+{
+    qRegisterMetaType<CorpusSummary>();
+    qRegisterMetaType<RunSummary>();
+    qRegisterMetaType<ChatAnswer>();
+    qRegisterMetaType<ProbeResult>();
+    qRegisterMetaType<chatbench::StepMetrics>();
+    qRegisterMetaType<chatbench::EpochMetrics>();
+    qRegisterMetaType<chatbench::TrainProgress>();
+    qRegisterMetaType<chatbench::TrainResult>();
+    qRegisterMetaType<std::shared_ptr<const chatbench::Chatbot>>("std::shared_ptr<const chatbench::Chatbot>");
+    qRegisterMetaType<std::vector<chatbench::DeviceInfo>>("std::vector<chatbench::DeviceInfo>");
+
+    m_engine = new EngineWorker(m_cancel);
+    m_engine->moveToThread(&m_engineThread);
+    connect(&m_engineThread, &QThread::finished, m_engine, &QObject::deleteLater);
+    m_chat = new ChatWorker;
+    m_chat->moveToThread(&m_chatThread);
+    connect(&m_chatThread, &QThread::finished, m_chat, &QObject::deleteLater);
+
+    connect(m_engine, &EngineWorker::devicesReady, this, [this](const std::vector<DeviceInfo>& d) {
+        m_devices = d;
+        Q_EMIT devicesReady();
+    });
+    connect(m_engine, &EngineWorker::corpusLoaded, this, &EngineController::corpusLoaded);
+    connect(m_engine, &EngineWorker::trainingStarted, this, &EngineController::trainingStarted);
+    connect(m_engine, &EngineWorker::stepDone, this, &EngineController::stepDone);
+    connect(m_engine, &EngineWorker::epochDone, this, &EngineController::epochDone);
+    connect(m_engine, &EngineWorker::progress, this, &EngineController::progress);
+    connect(m_engine, &EngineWorker::trainingFinished, this, [this](const TrainResult& r, const QString& dir) {
+        m_training = false;
+        Q_EMIT trainingFinished(r, dir);
+    });
+    connect(m_engine, &EngineWorker::runLoaded, this, &EngineController::runLoaded);
+    connect(m_engine, &EngineWorker::log, this, &EngineController::log);
+    connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
+    // Snapshots go straight to the chat thread (queued there), and the UI hears about them.
+    connect(m_engine, &EngineWorker::snapshot, m_chat, &ChatWorker::setBot);
+    connect(m_engine, &EngineWorker::snapshot, this, [this](const std::shared_ptr<const Chatbot>& bot) {
+        m_hasBot = true;
+        Q_EMIT botReady(bot->step());
+    });
+    connect(m_chat, &ChatWorker::replyReady, this, &EngineController::replyReady);
+    connect(m_chat, &ChatWorker::probeDone, this, &EngineController::probeDone);
+    connect(m_chat, &ChatWorker::failed, this, &EngineController::failed);
+
+    m_engineThread.setObjectName("chatbench-engine");
+    m_chatThread.setObjectName("chatbench-chat");
+    m_engineThread.start();
+    m_chatThread.start();
+    QMetaObject::invokeMethod(m_engine, [w = m_engine] { w->probeDevices(); }, Qt::QueuedConnection);
+}
+
+EngineController::~EngineController()
+{
+    m_cancel->store(true); // a running training stops after its current batch, with a checkpoint
+    m_engineThread.quit();
+    m_chatThread.quit();
+    m_engineThread.wait();
+    m_chatThread.wait();
+}
+
+void EngineController::loadCorpus(const CorpusRequest& request)
+{
+    QMetaObject::invokeMethod(m_engine, [w = m_engine, request] { w->loadCorpus(request); }, Qt::QueuedConnection);
+}
+
+void EngineController::startTraining(const TrainConfig& config, const QString& runDir)
+{
+    if (m_training)
+        return;
+    m_training = true;
+    m_cancel->store(false);
+    QMetaObject::invokeMethod(m_engine, [w = m_engine, config, runDir] { w->train(config, runDir); }, Qt::QueuedConnection);
+}
+
+void EngineController::resume(const QString& runDir, int epochs)
+{
+    if (m_training)
+        return;
+    m_training = true;
+    m_cancel->store(false);
+    QMetaObject::invokeMethod(m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); }, Qt::QueuedConnection);
+}
+
+void EngineController::stop()
+{
+    m_cancel->store(true);
+}
+
+void EngineController::loadRun(const QString& runDir)
+{
+    QMetaObject::invokeMethod(m_engine, [w = m_engine, runDir] { w->loadRun(runDir); }, Qt::QueuedConnection);
+}
+
+quint64 EngineController::chat(const QString& text, const DecodeOptions& options)
+{
+    const quint64 id = m_nextId++;
+    QMetaObject::invokeMethod(m_chat, [w = m_chat, id, text, options] { w->reply(id, text, options); }, Qt::QueuedConnection);
+    return id;
+}
+
+void EngineController::probeDiversity(const QStringList& questions, const DecodeOptions& options)
+{
+    QMetaObject::invokeMethod(m_chat, [w = m_chat, questions, options] { w->probe(questions, options); }, Qt::QueuedConnection);
+}
+
+#include "enginecontroller.moc"

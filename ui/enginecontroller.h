@@ -1,0 +1,137 @@
+#pragma once
+// The UI's only door to the engine.
+//
+//   auto* engine = new EngineController(this);          // starts the engine and chat threads
+//   connect(engine, &EngineController::epochDone, plot, &LivePlot::addEpoch);
+//   connect(engine, &EngineController::failed, this, &MainWindow::showError);  // (message, job)
+//   engine->loadCorpus(request);
+//   engine->startTraining(config, runDir);
+//   engine->stop();                                       // takes effect after the current batch
+//
+// Jobs run on a long-lived engine thread (corpus, training, runs); replies run on a second,
+// chat thread against a snapshot of the weights, so chatting works while training goes on.
+// Engine callbacks arrive as queued signals carrying small value structs; any failure arrives
+// as one `failed` signal with a message a user can act on.
+
+#include "chatbench/chatbot.h"
+#include "chatbench/config.h"
+#include "chatbench/corpus.h"
+#include "chatbench/devices.h"
+#include "chatbench/trainer.h"
+
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <QThread>
+#include <QVector>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+class EngineWorker;
+class ChatWorker;
+
+struct CorpusRequest {
+    QString path;
+    chatbench::CorpusFormat format = chatbench::CorpusFormat::Auto;
+    bool latin1 = false;
+    chatbench::TokenizerOptions tokenizer; // for the vocabulary and OOV figures
+};
+
+struct CorpusSummary {
+    CorpusRequest request;
+    QString format;                 // the format actually used
+    int files = 0;
+    int pairs = 0;
+    int vocabulary = 0;             // words kept at the requested min frequency (specials included)
+    double oovRate = 0;             // on the validation split
+    QVector<double> promptLengths;  // histogram: index = words, value = pairs
+    QVector<double> responseLengths;
+    QStringList warnings;
+    std::shared_ptr<const std::vector<chatbench::Pair>> data; // all pairs, for the preview
+};
+
+struct RunSummary {
+    QString runDir;
+    chatbench::TrainConfig config;
+    std::vector<chatbench::EpochMetrics> history;
+};
+
+struct ChatAnswer {
+    quint64 id = 0;      // the request's id
+    QString prompt;
+    chatbench::Reply reply;
+    qint64 botStep = 0;  // training step of the weights that answered
+};
+
+struct ProbeResult {
+    QStringList questions;
+    QStringList replies;
+    int distinct = 0;
+    chatbench::HandoffMode handoff = chatbench::HandoffMode::Correct;
+};
+
+Q_DECLARE_METATYPE(CorpusSummary)
+Q_DECLARE_METATYPE(RunSummary)
+Q_DECLARE_METATYPE(ChatAnswer)
+Q_DECLARE_METATYPE(ProbeResult)
+Q_DECLARE_METATYPE(chatbench::StepMetrics)
+Q_DECLARE_METATYPE(chatbench::EpochMetrics)
+Q_DECLARE_METATYPE(chatbench::TrainProgress)
+Q_DECLARE_METATYPE(chatbench::TrainResult)
+
+class EngineController : public QObject {
+    Q_OBJECT
+
+public:
+    // Which job a failure belongs to, so the view that asked can show it in place.
+    enum class Job { Devices, Corpus, Training, Run, Chat };
+    Q_ENUM(Job)
+
+    explicit EngineController(QObject* parent = nullptr);
+    ~EngineController() override;
+
+    void loadCorpus(const CorpusRequest& request);
+    // Trains a new run on the loaded corpus into runDir.
+    void startTraining(const chatbench::TrainConfig& config, const QString& runDir);
+    // Continues a run (its corpus is reloaded from config.json when it is not the loaded one).
+    void resume(const QString& runDir, int epochs = 0);
+    void stop();
+    // Loads a saved run to chat with (and its history for the plots).
+    void loadRun(const QString& runDir);
+    // Replies with the latest weights; returns the request id echoed in replyReady.
+    quint64 chat(const QString& text, const chatbench::DecodeOptions& options);
+    void probeDiversity(const QStringList& questions, const chatbench::DecodeOptions& options);
+
+    bool isTraining() const { return m_training; }
+    bool hasBot() const { return m_hasBot; }
+    // Devices are probed once on the engine thread at start-up; empty until devicesReady.
+    const std::vector<chatbench::DeviceInfo>& devices() const { return m_devices; }
+
+Q_SIGNALS:
+    void devicesReady();
+    void corpusLoaded(const CorpusSummary& summary);
+    void trainingStarted(const QString& runDir, const chatbench::TrainConfig& config, qint64 firstStep);
+    void stepDone(const chatbench::StepMetrics& metrics);
+    void epochDone(const chatbench::EpochMetrics& metrics);
+    void progress(const chatbench::TrainProgress& progress);
+    void trainingFinished(const chatbench::TrainResult& result, const QString& runDir);
+    void runLoaded(const RunSummary& run);
+    void botReady(qint64 step);
+    void replyReady(const ChatAnswer& answer);
+    void probeDone(const ProbeResult& result);
+    void log(const QString& message);
+    void failed(const QString& message, EngineController::Job job);
+
+private:
+    QThread m_engineThread;
+    QThread m_chatThread;
+    EngineWorker* m_engine = nullptr;
+    ChatWorker* m_chat = nullptr;
+    std::shared_ptr<std::atomic<bool>> m_cancel;
+    std::vector<chatbench::DeviceInfo> m_devices;
+    bool m_training = false;
+    bool m_hasBot = false;
+    quint64 m_nextId = 1;
+};

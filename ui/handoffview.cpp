@@ -1,0 +1,418 @@
+#include "handoffview.h"
+
+#include "qcp.h"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPainter>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+using namespace chatbench;
+
+namespace {
+
+double norm(const std::vector<float>& v)
+{
+    double s = 0;
+    for (float x : v)
+        s += static_cast<double>(x) * x;
+    return std::sqrt(s);
+}
+
+double mean(const std::vector<float>& v)
+{
+    double s = 0;
+    for (float x : v)
+        s += x;
+    return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+QCustomPlot* makePlot(const QString& x, const QString& y)
+{
+    auto* p = new QCustomPlot;
+    p->xAxis->setLabel(x);
+    p->yAxis->setLabel(y);
+    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    return p;
+}
+
+// A units × steps heat map with a shared diverging colour scale.
+void fillHeatmap(QCustomPlot* plot, const std::vector<std::vector<float>>& columns, int divider, const QString& mark)
+{
+    plot->clearPlottables();
+    plot->clearItems();
+    if (columns.empty())
+        return;
+    const int nx = static_cast<int>(columns.size());
+    const int ny = static_cast<int>(columns.front().size());
+    auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
+    map->data()->setSize(nx, ny);
+    map->data()->setRange(QCPRange(0, nx - 1), QCPRange(0, ny - 1));
+    double amax = 1e-6;
+    for (int x = 0; x < nx; ++x)
+        for (int y = 0; y < ny; ++y) {
+            const double v = columns[static_cast<size_t>(x)][static_cast<size_t>(y)];
+            map->data()->setCell(x, y, v);
+            amax = std::max(amax, std::abs(v));
+        }
+    // Diverging: negative blue, zero white, positive red.
+    QCPColorGradient g;
+    g.setColorStopAt(0.0, QColor(33, 102, 172));
+    g.setColorStopAt(0.5, QColor(247, 247, 247));
+    g.setColorStopAt(1.0, QColor(178, 24, 43));
+    map->setGradient(g);
+    map->setDataRange(QCPRange(-amax, amax));
+    map->setInterpolate(false);
+    plot->xAxis->setRange(-0.5, nx - 0.5);
+    plot->yAxis->setRange(-0.5, ny - 0.5);
+    if (divider > 0) {
+        auto* line = new QCPItemStraightLine(plot);
+        line->point1->setCoords(divider - 0.5, 0);
+        line->point2->setCoords(divider - 0.5, 1);
+        line->setPen(QPen(Qt::black, 2, Qt::DashLine));
+        auto* label = new QCPItemText(plot);
+        label->position->setCoords(divider - 0.5, ny - 0.5);
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+        label->setText(" " + mark);
+        label->setFont(QFont(plot->font().family(), 8, QFont::Bold));
+    }
+    plot->replot();
+}
+
+} // namespace
+
+// Encoder tokens → (h, c) → decoder steps, one box each, painted in a scrollable strip.
+class HandoffStrip : public QWidget {
+public:
+    HandoffStrip()
+    {
+        setMinimumHeight(96);
+    }
+
+    void setReply(const Reply* r)
+    {
+        m_reply = r;
+        int w = 40;
+        if (r) {
+            QFontMetrics fm(font());
+            for (const auto& word : r->trace.inputWords)
+                w += fm.horizontalAdvance(QString::fromStdString(word)) + 26;
+            w += 150;
+            for (const auto& s : r->trace.steps)
+                w += fm.horizontalAdvance(QString::fromStdString(s.chosenWord)) + 30;
+        }
+        setMinimumWidth(w);
+        update();
+    }
+
+protected:
+    void paintEvent(QPaintEvent*) override
+    {
+        QPainter p(this);
+        p.setRenderHint(QPainter::Antialiasing);
+        p.fillRect(rect(), QColor(250, 250, 252));
+        if (!m_reply) {
+            p.setPen(Qt::gray);
+            p.drawText(rect(), Qt::AlignCenter, tr("Click a bot reply to see its state handoff"));
+            return;
+        }
+        const StateTrace& t = m_reply->trace;
+        const QFontMetrics fm(font());
+        const int y = 34, h = 30;
+        int x = 10;
+        auto box = [&](const QString& text, const QColor& fill, const QColor& border) {
+            const int w = fm.horizontalAdvance(text) + 16;
+            p.setPen(QPen(border, 1.2));
+            p.setBrush(fill);
+            p.drawRoundedRect(QRectF(x, y, w, h), 5, 5);
+            p.setPen(Qt::black);
+            p.drawText(QRectF(x, y, w, h), Qt::AlignCenter, text);
+            x += w;
+            return w;
+        };
+        auto arrow = [&](const QColor& c, int len = 14) {
+            p.setPen(QPen(c, 2));
+            p.drawLine(x + 2, y + h / 2, x + len - 2, y + h / 2);
+            p.drawLine(x + len - 6, y + h / 2 - 4, x + len - 2, y + h / 2);
+            p.drawLine(x + len - 6, y + h / 2 + 4, x + len - 2, y + h / 2);
+            x += len;
+        };
+        p.setPen(Qt::darkGray);
+        p.drawText(10, 20, tr("encoder"));
+        const QSet<QString> unknown = [&] {
+            QSet<QString> s;
+            for (const auto& w : t.unknownWords)
+                s << QString::fromStdString(w);
+            return s;
+        }();
+        for (size_t i = 0; i < t.inputWords.size(); ++i) {
+            const QString w = QString::fromStdString(t.inputWords[i]);
+            box(w, unknown.contains(w) ? QColor(255, 230, 200) : QColor(225, 235, 250), QColor(120, 150, 200));
+            arrow(QColor(120, 150, 200), 10);
+        }
+        if (t.inputWords.empty()) {
+            box("<unk>", QColor(255, 230, 200), QColor(120, 150, 200));
+            arrow(QColor(120, 150, 200), 10);
+        }
+        const bool ok = t.checks.handoffEqual;
+        const double hn = t.encoderFinal.empty() ? 0 : norm(t.encoderFinal.back().h);
+        const double cn = t.encoderFinal.empty() ? 0 : norm(t.encoderFinal.back().c);
+        const int hx = x;
+        box(QString("(h, c)  |h| %1  |c| %2").arg(hn, 0, 'f', 2).arg(cn, 0, 'f', 2), QColor(235, 225, 250), QColor(130, 90, 180));
+        p.setPen(Qt::darkGray);
+        p.drawText(hx, 20, tr("encoder final state"));
+        const int ax = x;
+        arrow(ok ? QColor(30, 150, 60) : QColor(210, 40, 30), 44);
+        p.setPen(ok ? QColor(30, 150, 60) : QColor(210, 40, 30));
+        p.drawText(ax, y + h + 16, ok ? tr("handed over") : tr("NOT handed over"));
+        p.setPen(Qt::darkGray);
+        p.drawText(x, 20, tr("decoder (input → chosen)"));
+        for (size_t i = 0; i < t.steps.size(); ++i) {
+            const auto& s = t.steps[i];
+            const QString w = QString::fromStdString(s.chosenWord);
+            box(w, s.chosenId == Tokenizer::kEnd ? QColor(235, 235, 235) : QColor(225, 245, 230), QColor(90, 160, 110));
+            if (i + 1 < t.steps.size())
+                arrow(t.checks.stateCarried ? QColor(90, 160, 110) : QColor(210, 40, 30), 12);
+        }
+    }
+
+private:
+    const Reply* m_reply = nullptr;
+};
+
+HandoffView::HandoffView(QWidget* parent)
+    : QWidget(parent)
+{
+    m_title = new QLabel(tr("No reply selected"));
+    QFont f = m_title->font();
+    f.setBold(true);
+    m_title->setFont(f);
+    m_title->setWordWrap(true);
+    auto* badges = new QHBoxLayout;
+    for (int i = 0; i < 3; ++i) {
+        m_badges[i] = new QLabel;
+        m_badges[i]->setAlignment(Qt::AlignCenter);
+        m_badges[i]->setMinimumHeight(40);
+        m_badges[i]->setWordWrap(true);
+        badges->addWidget(m_badges[i], 1);
+    }
+    m_strip = new HandoffStrip;
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(m_strip);
+    scroll->setWidgetResizable(true);
+    scroll->setFixedHeight(120);
+
+    m_h = makePlot(tr("step (encoder | decoder)"), tr("unit"));
+    m_c = makePlot(tr("decoder step (0 = initial state)"), tr("unit"));
+    auto* states = new QWidget;
+    auto* statesLayout = new QVBoxLayout(states);
+    statesLayout->setContentsMargins(0, 0, 0, 0);
+    statesLayout->addWidget(new QLabel(tr("h of the top layer: encoder steps, then decoder steps")));
+    statesLayout->addWidget(m_h, 1);
+    statesLayout->addWidget(new QLabel(tr("c of the top layer: the decoder's initial state, then each step")));
+    statesLayout->addWidget(m_c, 1);
+
+    m_norms = makePlot(tr("decoder step (0 = initial state)"), tr("norm"));
+    m_norms->legend->setVisible(true);
+    m_norms->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    m_gates = makePlot(tr("decoder step"), tr("mean activation"));
+    m_gates->legend->setVisible(true);
+    m_gates->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignVCenter | Qt::AlignRight);
+    auto* dyn = new QWidget;
+    auto* dynLayout = new QVBoxLayout(dyn);
+    dynLayout->setContentsMargins(0, 0, 0, 0);
+    dynLayout->addWidget(m_norms, 1);
+    dynLayout->addWidget(m_gates, 1);
+
+    m_topk = makePlot(QString(), tr("probability"));
+    m_step = new QSpinBox;
+    m_stepLabel = new QLabel;
+    auto* topkBox = new QWidget;
+    auto* topkLayout = new QVBoxLayout(topkBox);
+    topkLayout->setContentsMargins(0, 0, 0, 0);
+    auto* stepBar = new QHBoxLayout;
+    stepBar->addWidget(new QLabel(tr("decoder step")));
+    stepBar->addWidget(m_step);
+    stepBar->addWidget(m_stepLabel, 1);
+    topkLayout->addLayout(stepBar);
+    topkLayout->addWidget(m_topk, 1);
+
+    m_attention = makePlot(tr("source token"), tr("decoder step"));
+
+    m_tabs = new QTabWidget;
+    m_tabs->addTab(states, tr("h and c heatmaps"));
+    m_tabs->addTab(dyn, tr("norms and gates"));
+    m_tabs->addTab(topkBox, tr("top-k per step"));
+    m_tabs->addTab(m_attention, tr("attention"));
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_title);
+    layout->addLayout(badges);
+    layout->addWidget(scroll);
+    layout->addWidget(m_tabs, 1);
+
+    connect(m_step, &QSpinBox::valueChanged, this, &HandoffView::showStep);
+    clear();
+}
+
+QLabel* HandoffView::badge(int i) const
+{
+    return m_badges[i];
+}
+
+bool HandoffView::badgePasses(int i) const
+{
+    return m_pass[i];
+}
+
+void HandoffView::clear()
+{
+    m_hasReply = false;
+    m_title->setText(tr("No reply selected — chat, then click a bot reply"));
+    for (int i = 0; i < 3; ++i) {
+        m_pass[i] = false;
+        m_badges[i]->setText("—");
+        m_badges[i]->setStyleSheet("QLabel { background: #eee; border-radius: 6px; padding: 4px; }");
+    }
+    m_strip->setReply(nullptr);
+}
+
+void HandoffView::showReply(const QString& prompt, const Reply& reply)
+{
+    m_reply = reply;
+    m_hasReply = true;
+    const StateTrace& t = m_reply.trace;
+    m_title->setText(tr("“%1” → “%2”   (%3, %4 layer(s) × %5 units, handoff %6)")
+                         .arg(prompt, QString::fromStdString(m_reply.text), QString::fromStdString(t.device))
+                         .arg(t.layers)
+                         .arg(t.hidden)
+                         .arg(QString::fromStdString(handoffModeName(t.handoff))));
+    const auto& c = t.checks;
+    const QString texts[3] = {
+        tr("handoff equal\nmax |dec₀ − enc| = %1").arg(c.handoffMaxDiff, 0, 'g', 3),
+        tr("state carried\nmax |in(t) − out(t−1)| = %1").arg(c.carriedMaxDiff, 0, 'g', 3),
+        tr("step-wise = teacher-forced\nmax |Δlogit| = %1").arg(c.teacherForcedMaxDiff, 0, 'g', 3),
+    };
+    const bool pass[3] = {c.handoffEqual, c.stateCarried, c.teacherForcedEqual};
+    for (int i = 0; i < 3; ++i) {
+        m_pass[i] = pass[i];
+        m_badges[i]->setText((pass[i] ? QString::fromUtf8("✔ ") : QString::fromUtf8("✘ ")) + texts[i]);
+        m_badges[i]->setStyleSheet(pass[i] ? "QLabel { background: #d8f3dc; color: #1b5e20; border: 1px solid #8fd19e; border-radius: 6px; padding: 4px; }"
+                                           : "QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; border-radius: 6px; padding: 4px; }");
+    }
+    m_strip->setReply(&m_reply);
+
+    // Heatmaps: h over encoder then decoder steps; c from the decoder's initial state on.
+    std::vector<std::vector<float>> hCols = t.encoderTopH;
+    const int divider = static_cast<int>(hCols.size());
+    std::vector<std::vector<float>> cCols;
+    if (!t.decoderInitial.empty())
+        cCols.push_back(t.decoderInitial.back().c);
+    for (const auto& s : t.steps) {
+        hCols.push_back(s.stateOut.back().h);
+        cCols.push_back(s.stateOut.back().c);
+    }
+    fillHeatmap(m_h, hCols, divider, tr("handoff →"));
+    fillHeatmap(m_c, cCols, 1, tr("decoder steps →"));
+
+    // Norms and gates over the steps.
+    m_norms->clearGraphs();
+    m_gates->clearGraphs();
+    QVector<double> x, hn, cn;
+    if (!t.decoderInitial.empty()) {
+        x << 0;
+        hn << norm(t.decoderInitial.back().h);
+        cn << norm(t.decoderInitial.back().c);
+    }
+    QVector<double> gx, gi, gf, gg, go;
+    for (size_t i = 0; i < t.steps.size(); ++i) {
+        const auto& s = t.steps[i];
+        x << static_cast<double>(i + 1);
+        hn << norm(s.stateOut.back().h);
+        cn << norm(s.stateOut.back().c);
+        gx << static_cast<double>(i + 1);
+        gi << mean(s.inputGate);
+        gf << mean(s.forgetGate);
+        gg << mean(s.cellGate);
+        go << mean(s.outputGate);
+    }
+    auto line = [](QCustomPlot* p, const QString& name, const QVector<double>& xs, const QVector<double>& ys, const QColor& c) {
+        auto* g = p->addGraph();
+        g->setName(name);
+        g->setPen(QPen(c, 2));
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
+        g->setData(xs, ys);
+    };
+    line(m_norms, tr("|h| (top layer)"), x, hn, QColor(40, 100, 200));
+    line(m_norms, tr("|c| (top layer)"), x, cn, QColor(130, 90, 180));
+    line(m_gates, tr("input gate σ(i)"), gx, gi, QColor(40, 150, 70));
+    line(m_gates, tr("forget gate σ(f)"), gx, gf, QColor(210, 120, 20));
+    line(m_gates, tr("cell candidate tanh(g)"), gx, gg, QColor(120, 120, 120));
+    line(m_gates, tr("output gate σ(o)"), gx, go, QColor(40, 100, 200));
+    for (auto* p : {m_norms, m_gates}) {
+        p->rescaleAxes();
+        p->xAxis->setRange(p->xAxis->range().lower - 0.5, p->xAxis->range().upper + 0.5);
+        p->replot();
+    }
+
+    // Attention: decoder steps × source tokens.
+    m_attention->clearPlottables();
+    if (!t.steps.empty() && !t.steps.front().attention.empty()) {
+        auto* map = new QCPColorMap(m_attention->xAxis, m_attention->yAxis);
+        const int ns = static_cast<int>(t.steps.front().attention.size()), nt = static_cast<int>(t.steps.size());
+        map->data()->setSize(ns, nt);
+        map->data()->setRange(QCPRange(0, ns - 1), QCPRange(0, nt - 1));
+        for (int y = 0; y < nt; ++y)
+            for (int xk = 0; xk < ns; ++xk)
+                map->data()->setCell(xk, y, t.steps[static_cast<size_t>(y)].attention[static_cast<size_t>(xk)]);
+        map->setGradient(QCPColorGradient::gpHot);
+        map->setDataRange(QCPRange(0, 1));
+        QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
+        for (int k = 0; k < ns && k < static_cast<int>(t.inputWords.size()); ++k)
+            ticks->addTick(k, QString::fromStdString(t.inputWords[static_cast<size_t>(k)]));
+        m_attention->xAxis->setTicker(ticks);
+        m_attention->xAxis->setRange(-0.5, ns - 0.5);
+        m_attention->yAxis->setRange(-0.5, nt - 0.5);
+        m_tabs->setTabEnabled(3, true);
+    } else {
+        m_tabs->setTabEnabled(3, false);
+    }
+    m_attention->replot();
+
+    m_step->setRange(1, std::max<int>(1, static_cast<int>(t.steps.size())));
+    m_step->setValue(1);
+    showStep(1);
+}
+
+void HandoffView::showStep(int step)
+{
+    m_topk->clearPlottables();
+    if (!m_hasReply || step < 1 || step > static_cast<int>(m_reply.trace.steps.size())) {
+        m_topk->replot();
+        return;
+    }
+    const DecoderStep& s = m_reply.trace.steps[static_cast<size_t>(step - 1)];
+    m_stepLabel->setText(tr("input “%1” → chosen “%2”  (%3 ms)")
+                             .arg(QString::fromStdString(s.inputWord), QString::fromStdString(s.chosenWord))
+                             .arg(s.milliseconds, 0, 'f', 2));
+    auto* bars = new QCPBars(m_topk->xAxis, m_topk->yAxis);
+    QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
+    QVector<double> x, y;
+    for (size_t k = 0; k < s.topK.size(); ++k) {
+        x << static_cast<double>(k);
+        y << s.topK[k].probability;
+        ticks->addTick(static_cast<double>(k), QString::fromStdString(s.topK[k].word));
+    }
+    bars->setData(x, y);
+    bars->setBrush(QColor(40, 100, 200, 170));
+    bars->setPen(Qt::NoPen);
+    m_topk->xAxis->setTicker(ticks);
+    m_topk->xAxis->setRange(-0.6, static_cast<double>(s.topK.size()) - 0.4);
+    m_topk->yAxis->setRange(0, 1.05);
+    m_topk->replot();
+}

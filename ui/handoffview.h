@@ -1,0 +1,54 @@
+#pragma once
+// The handoff view of one reply: how the encoder's final (h, c) became the decoder's initial
+// state and was carried step to step.
+//
+// On top the three checks as badges and a strip (encoder tokens → (h, c) → decoder steps); below,
+// tabs with heatmaps (units × steps) of h and c, norms and mean gate activations over the steps,
+// the top-k next-token probabilities of a chosen step, and attention weights when the model has
+// attention.
+
+#include "chatbench/chatbot.h"
+
+#include <QWidget>
+
+class QCustomPlot;
+class QLabel;
+class QSpinBox;
+class QTabWidget;
+class HandoffStrip;
+
+class HandoffView : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit HandoffView(QWidget* parent = nullptr);
+
+    void showReply(const QString& prompt, const chatbench::Reply& reply);
+    void clear();
+    bool hasReply() const { return m_hasReply; }
+
+    // Badge i (0 handoff, 1 carried, 2 teacher-forced): whether it shows a pass.
+    bool badgePasses(int i) const;
+    QLabel* badge(int i) const;
+    QTabWidget* tabs() const { return m_tabs; }
+    QCustomPlot* hHeatmap() const { return m_h; }
+
+private:
+    void showStep(int step);
+
+    QLabel* m_title = nullptr;
+    QLabel* m_badges[3] = {};
+    bool m_pass[3] = {};
+    HandoffStrip* m_strip = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    QCustomPlot* m_h = nullptr;
+    QCustomPlot* m_c = nullptr;
+    QCustomPlot* m_norms = nullptr;
+    QCustomPlot* m_gates = nullptr;
+    QCustomPlot* m_topk = nullptr;
+    QCustomPlot* m_attention = nullptr;
+    QSpinBox* m_step = nullptr;
+    QLabel* m_stepLabel = nullptr;
+    chatbench::Reply m_reply;
+    bool m_hasReply = false;
+};

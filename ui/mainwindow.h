@@ -1,0 +1,45 @@
+#pragma once
+// The workbench window: Corpus, Train and Chat tabs around one EngineController.
+
+#include <QMainWindow>
+
+class ChatView;
+class CorpusView;
+class EngineController;
+class QLabel;
+class QTabWidget;
+class TrainView;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+
+public:
+    // `runsDir` empty: the runs folder from the settings (default: the app's data folder).
+    explicit MainWindow(const QString& runsDir = QString(), QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // Opens the last corpus (or `fallbackCorpus` the first time) and the last run, from settings.
+    void restore(const QString& fallbackCorpus);
+
+    EngineController* engine() const { return m_engine; }
+    CorpusView* corpusView() const { return m_corpus; }
+    TrainView* trainView() const { return m_train; }
+    ChatView* chatView() const { return m_chat; }
+    QTabWidget* tabs() const { return m_tabs; }
+    QString lastError() const { return m_lastError; }
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void showError(const QString& message);
+    void saveSettings();
+
+    EngineController* m_engine = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    CorpusView* m_corpus = nullptr;
+    TrainView* m_train = nullptr;
+    ChatView* m_chat = nullptr;
+    QLabel* m_statusDevice = nullptr;
+    QString m_lastError;
+};

@@ -1,0 +1,143 @@
+#include "screenshottour.h"
+
+#include "chatview.h"
+#include "corpusview.h"
+#include "enginecontroller.h"
+#include "handoffview.h"
+#include "liveplot.h"
+#include "mainwindow.h"
+#include "trainview.h"
+
+#include <QCheckBox>
+#include <QDir>
+#include <QEventLoop>
+#include <QFile>
+#include <QPushButton>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QTimer>
+
+#include <cstdio>
+
+namespace {
+
+// Waits for `signal` (or the timeout); returns whether it came.
+template <typename Sender, typename Signal>
+bool waitFor(Sender* sender, Signal signal, int timeoutMs, std::function<bool()> until = {})
+{
+    QEventLoop loop;
+    QTimer timer;
+    timer.setSingleShot(true);
+    bool got = false;
+    QObject::connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
+    auto c = QObject::connect(sender, signal, &loop, [&] {
+        if (!until || until()) {
+            got = true;
+            loop.quit();
+        }
+    });
+    timer.start(timeoutMs);
+    loop.exec();
+    QObject::disconnect(c);
+    return got;
+}
+
+void settle(int ms)
+{
+    QEventLoop loop;
+    QTimer::singleShot(ms, &loop, &QEventLoop::quit);
+    loop.exec();
+}
+
+} // namespace
+
+ScreenshotTour::ScreenshotTour(MainWindow* window, const QString& outDir, QObject* parent)
+    : QObject(parent)
+    , m_window(window)
+    , m_dir(outDir)
+{
+    QDir().mkpath(m_dir);
+}
+
+void ScreenshotTour::shot(const QString& name)
+{
+    settle(300); // let queued replots and layouts land
+    const QString path = QDir(m_dir).filePath(name + ".png");
+    m_window->grab().save(path);
+    std::printf("screenshot %s\n", qPrintable(path));
+    std::fflush(stdout);
+}
+
+bool ScreenshotTour::fail(const QString& what)
+{
+    std::fprintf(stderr, "screenshot tour: %s\n", qPrintable(what));
+    return false;
+}
+
+int ScreenshotTour::run()
+{
+    EngineController* engine = m_window->engine();
+    auto* corpus = m_window->corpusView();
+    auto* train = m_window->trainView();
+    auto* chat = m_window->chatView();
+    auto* tabs = m_window->tabs();
+    bool ok = true;
+
+    // 1. The bundled corpus, loaded at start.
+    tabs->setCurrentWidget(corpus);
+    if (!corpus->isLoaded() && !waitFor(engine, &EngineController::corpusLoaded, 30000))
+        return fail("the corpus did not load"), 1;
+    shot("01-corpus");
+
+    // 2. Train: live curves part way, then finished.
+    tabs->setCurrentWidget(train);
+    if (!waitFor(engine, &EngineController::devicesReady, 30000, [&] { return true; }) && engine->devices().empty())
+        ok = fail("devices were not probed");
+    chatbench::TrainConfig cfg = chatbench::preset("quick");
+    cfg.epochs = 80;
+    cfg.seed = 7;
+    train->setConfig(cfg);
+    train->startTraining();
+    int epochs = 0;
+    ok = waitFor(engine, &EngineController::epochDone, 120000, [&] { return ++epochs >= 25; }) || fail("no epochs");
+    shot("02-training-live");
+    ok = waitFor(engine, &EngineController::trainingFinished, 300000) || fail("training did not finish");
+    shot("03-trained");
+
+    // 3. Chat, with the handoff view of the last reply.
+    tabs->setCurrentWidget(chat);
+    for (const QString& q : {QString("hello"), QString("what does the forget gate do?"), QString("how do i resume training?")}) {
+        chat->ask(q);
+        ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
+    }
+    shot("04-chat-handoff");
+    chat->handoffView()->tabs()->setCurrentIndex(1);
+    shot("05-norms-gates");
+    chat->handoffView()->tabs()->setCurrentIndex(2);
+    shot("06-topk");
+    chat->handoffView()->tabs()->setCurrentIndex(0);
+
+    // 4. The diversity probe, then the seed's bug: break the handoff and probe again.
+    chat->runProbe();
+    ok = waitFor(engine, &EngineController::probeDone, 60000) && ok;
+    chat->breakSwitch()->setChecked(true);
+    chat->ask("what is an lstm?");
+    ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
+    chat->runProbe();
+    ok = waitFor(engine, &EngineController::probeDone, 60000) && ok;
+    shot("07-broken-handoff");
+    chat->breakSwitch()->setChecked(false);
+
+    // 5. A bad corpus: the error names file and line; the window stays usable.
+    QTemporaryDir tmp;
+    const QString bad = tmp.filePath("broken.yml");
+    QFile f(bad);
+    if (f.open(QIODevice::WriteOnly))
+        f.write("categories:\n- demo\nconversations:\n- - Hello\n  - [an unclosed list\n- - Bye\n  - See you\n");
+    f.close();
+    tabs->setCurrentWidget(corpus);
+    corpus->load(bad);
+    ok = waitFor(engine, &EngineController::failed, 30000) && ok;
+    shot("08-corpus-error");
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,25 @@
+#pragma once
+// `chatbench --screenshot DIR`: drives the real window through the main path (bundled corpus,
+// Train with live curves, chat with the handoff view, breaking the handoff, a bad corpus) and
+// saves a PNG of the window at each stop.
+
+#include <QObject>
+#include <QString>
+
+class MainWindow;
+
+class ScreenshotTour : public QObject {
+    Q_OBJECT
+
+public:
+    ScreenshotTour(MainWindow* window, const QString& outDir, QObject* parent = nullptr);
+    // Runs the tour to the end; returns 0 when every step happened, 1 otherwise.
+    int run();
+
+private:
+    void shot(const QString& name);
+    bool fail(const QString& what);
+
+    MainWindow* m_window;
+    QString m_dir;
+};

@@ -1,0 +1,436 @@
+#include "trainview.h"
+
+#include "enginecontroller.h"
+#include "liveplot.h"
+#include "runhistory.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDateTime>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QListWidget>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStandardItemModel>
+#include <QThread>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+using namespace chatbench;
+
+namespace {
+
+QString duration(double s)
+{
+    if (!std::isfinite(s) || s < 0)
+        return "?";
+    const qint64 t = std::llround(s);
+    if (t >= 3600)
+        return QString("%1h%2m").arg(t / 3600).arg((t % 3600) / 60, 2, 10, QChar('0'));
+    if (t >= 60)
+        return QString("%1m%2s").arg(t / 60).arg(t % 60, 2, 10, QChar('0'));
+    return QString("%1s").arg(t);
+}
+
+QSpinBox* spin(int lo, int hi, const QString& tip)
+{
+    auto* s = new QSpinBox;
+    s->setRange(lo, hi);
+    s->setToolTip(tip);
+    return s;
+}
+
+QDoubleSpinBox* dspin(double lo, double hi, int decimals, double step, const QString& tip)
+{
+    auto* s = new QDoubleSpinBox;
+    s->setRange(lo, hi);
+    s->setDecimals(decimals);
+    s->setSingleStep(step);
+    s->setToolTip(tip);
+    return s;
+}
+
+} // namespace
+
+TrainView::TrainView(EngineController* engine, QWidget* parent)
+    : QWidget(parent)
+    , m_engine(engine)
+{
+    // Hyper-parameters.
+    auto* form = new QFormLayout;
+    m_preset = new QComboBox;
+    m_preset->addItem(tr("seed — the Keras recipe"), "seed");
+    m_preset->addItem(tr("quick — small and fast"), "quick");
+    m_preset->addItem(tr("large — 2 layers + attention"), "large");
+    form->addRow(tr("Preset"), m_preset);
+    form->addRow(tr("Epochs"), m_epochs = spin(1, 100000, tr("Passes over the training pairs")));
+    form->addRow(tr("Batch size"), m_batch = spin(1, 65536, tr("Pairs per optimizer step")));
+    form->addRow(tr("Learning rate"), m_lr = dspin(0.00001, 10, 5, 0.0005, tr("Optimizer step size")));
+    m_optimizer = new QComboBox;
+    m_optimizer->addItems({"adam", "rmsprop", "sgd"});
+    form->addRow(tr("Optimizer"), m_optimizer);
+    form->addRow(tr("Embedding"), m_embed = spin(1, 8192, tr("Embedding width")));
+    form->addRow(tr("LSTM units"), m_hidden = spin(1, 8192, tr("Hidden size H of every LSTM layer")));
+    form->addRow(tr("Layers"), m_layers = spin(1, 8, tr("Stacked LSTM layers in encoder and decoder")));
+    form->addRow(tr("Dropout"), m_dropout = dspin(0, 0.95, 2, 0.05, tr("Between layers and on embeddings")));
+    form->addRow(tr("Attention"), m_attention = new QCheckBox(tr("Luong (general)")));
+    form->addRow(tr("Embeddings"), m_shared = new QCheckBox(tr("shared by encoder and decoder")));
+    form->addRow(tr("Teacher forcing"), m_teacher = dspin(0, 1, 2, 0.05, tr("Probability of feeding the true previous token")));
+    form->addRow(tr("Gradient clip"), m_clip = dspin(0, 1000, 2, 0.5, tr("Gradient-norm clipping; 0 = off")));
+    form->addRow(tr("Early stop"), m_patience = spin(0, 10000, tr("Epochs without a better validation loss; 0 = off")));
+    form->addRow(tr("Validation"), m_valFraction = dspin(0, 0.9, 2, 0.05, tr("Fraction of pairs held out")));
+    form->addRow(tr("Seed"), m_seed = spin(0, 2147483647, tr("Random seed: same seed, same run")));
+    auto* hyper = new QGroupBox(tr("Model and training"));
+    hyper->setLayout(form);
+
+    // Device selector.
+    auto* dev = new QFormLayout;
+    m_device = new QComboBox;
+    m_device->setToolTip(tr("Where training runs"));
+    dev->addRow(tr("Device"), m_device);
+    m_threads = spin(1, std::max(1, QThread::idealThreadCount()), tr("CPU threads for training"));
+    m_threads->setValue(std::max(1, QThread::idealThreadCount()));
+    dev->addRow(tr("CPU threads"), m_threads);
+    m_precision = new QComboBox;
+    m_precision->addItem("fp32", "fp32");
+    m_precision->addItem("bf16", "bf16");
+    m_precision->addItem("fp16", "fp16");
+    dev->addRow(tr("Precision"), m_precision);
+    m_deviceNote = new QLabel(tr("probing devices…"));
+    m_deviceNote->setWordWrap(true);
+    m_deviceNote->setStyleSheet("color: #666;");
+    dev->addRow(m_deviceNote);
+    auto* devBox = new QGroupBox(tr("Device"));
+    devBox->setLayout(dev);
+
+    // Actions and progress.
+    m_train = new QPushButton(tr("Train"));
+    m_train->setToolTip(tr("Train a new run on the loaded corpus (Ctrl+T)"));
+    m_train->setShortcut(QKeySequence("Ctrl+T"));
+    m_stop = new QPushButton(tr("Stop"));
+    m_stop->setToolTip(tr("Stop after the current batch and save a checkpoint (Ctrl+.)"));
+    m_stop->setShortcut(QKeySequence("Ctrl+."));
+    m_resume = new QPushButton(tr("Resume"));
+    m_resume->setToolTip(tr("Continue the selected run from its last checkpoint (Ctrl+R)"));
+    m_resume->setShortcut(QKeySequence("Ctrl+R"));
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_train);
+    buttons->addWidget(m_stop);
+    buttons->addWidget(m_resume);
+    m_progress = new QProgressBar;
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    m_eta = new QLabel(tr("idle"));
+
+    m_runs = new QListWidget;
+    m_runs->setToolTip(tr("Runs in the runs folder: tick to overlay their curves, double-click to open for chat"));
+    auto* runsBox = new QGroupBox(tr("Run history"));
+    auto* runsLayout = new QVBoxLayout(runsBox);
+    runsLayout->addWidget(m_runs);
+
+    auto* left = new QVBoxLayout;
+    left->addWidget(hyper);
+    left->addWidget(devBox);
+    left->addLayout(buttons);
+    left->addWidget(m_progress);
+    left->addWidget(m_eta);
+    left->addWidget(runsBox, 1);
+    auto* leftWidget = new QWidget;
+    leftWidget->setLayout(left);
+    leftWidget->setMaximumWidth(380);
+
+    m_plot = new LivePlot;
+    auto* exportBar = new QHBoxLayout;
+    exportBar->addStretch();
+    for (const QString& kind : {QString("PNG"), QString("PDF"), QString("CSV")}) {
+        auto* b = new QPushButton(tr("Export %1").arg(kind));
+        exportBar->addWidget(b);
+        connect(b, &QPushButton::clicked, this, [this, kind] {
+            const QString path = QFileDialog::getSaveFileName(this, tr("Export curves"), "curves." + kind.toLower(),
+                kind + " (*." + kind.toLower() + ")");
+            if (path.isEmpty())
+                return;
+            const bool ok = kind == "CSV" ? m_plot->exportCsv(path) : m_plot->exportImage(path);
+            Q_EMIT status(ok ? tr("exported %1").arg(path) : tr("could not write %1").arg(path));
+        });
+    }
+    auto* right = new QVBoxLayout;
+    right->addWidget(m_plot, 1);
+    right->addLayout(exportBar);
+    auto* rightWidget = new QWidget;
+    rightWidget->setLayout(right);
+
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(leftWidget);
+    layout->addWidget(rightWidget, 1);
+
+    connect(m_preset, &QComboBox::currentIndexChanged, this, [this] { applyPreset(m_preset->currentData().toString()); });
+    connect(m_device, &QComboBox::currentIndexChanged, this, &TrainView::updatePrecisions);
+    connect(m_train, &QPushButton::clicked, this, &TrainView::startTraining);
+    connect(m_stop, &QPushButton::clicked, this, &TrainView::stopTraining);
+    connect(m_resume, &QPushButton::clicked, this, &TrainView::resumeTraining);
+    connect(m_engine, &EngineController::devicesReady, this, &TrainView::fillDevices);
+    connect(m_engine, &EngineController::trainingStarted, this, [this](const QString& dir, const TrainConfig&, qint64) {
+        setCurrentRun(dir);
+        refreshRunHistory();
+    });
+    connect(m_engine, &EngineController::stepDone, m_plot, &LivePlot::addStep);
+    connect(m_engine, &EngineController::epochDone, m_plot, &LivePlot::addEpoch);
+    connect(m_engine, &EngineController::progress, this, [this](const TrainProgress& p) {
+        m_progress->setRange(0, static_cast<int>(std::min<int64_t>(p.totalSteps, INT32_MAX)));
+        m_progress->setValue(static_cast<int>(std::min<int64_t>(p.step, INT32_MAX)));
+        m_plot->setStepsPerEpoch(static_cast<double>(p.totalSteps) / std::max(1, p.epochs));
+        m_eta->setText(tr("epoch %1/%2 · step %3/%4 · elapsed %5 · ETA %6")
+                           .arg(p.epoch + 1)
+                           .arg(p.epochs)
+                           .arg(p.step)
+                           .arg(p.totalSteps)
+                           .arg(duration(p.elapsedSeconds), duration(p.etaSeconds)));
+    });
+    connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString&) {
+        setRunning(false);
+        const QString what = r.status == TrainStatus::Cancelled ? tr("stopped") : r.status == TrainStatus::EarlyStopped ? tr("stopped early") : tr("finished");
+        m_eta->setText(tr("%1 after %2 epoch(s), %3 steps on %4 %5")
+                           .arg(what)
+                           .arg(r.epochsDone)
+                           .arg(r.steps)
+                           .arg(QString::fromStdString(r.device), QString::fromStdString(precisionName(r.precision))));
+        refreshRunHistory();
+    });
+    connect(m_runs, &QListWidget::itemChanged, this, [this](QListWidgetItem* item) {
+        const QString dir = item->data(Qt::UserRole).toString();
+        if (item->checkState() == Qt::Checked) {
+            const auto history = readRunHistory(dir);
+            m_plot->setOverlay(item->text(), history);
+        } else {
+            m_plot->setOverlay(item->text(), {});
+        }
+    });
+    connect(m_runs, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
+        if (item && !m_engine->isTraining())
+            m_currentRun = item->data(Qt::UserRole).toString();
+        m_resume->setEnabled(!m_engine->isTraining() && !m_currentRun.isEmpty());
+    });
+    connect(m_runs, &QListWidget::itemDoubleClicked, this, [this](QListWidgetItem* item) {
+        m_currentRun = item->data(Qt::UserRole).toString();
+        m_engine->loadRun(m_currentRun);
+    });
+
+    m_preset->setCurrentIndex(1);
+    applyPreset("quick");
+    setRunning(false);
+}
+
+void TrainView::applyPreset(const QString& name)
+{
+    TrainConfig c = preset(name.toStdString());
+    c.device = config().device;
+    c.precision = config().precision;
+    setConfig(c);
+}
+
+TrainConfig TrainView::config() const
+{
+    TrainConfig c = m_base;
+    c.preset = m_preset->currentData().toString().toStdString();
+    c.epochs = m_epochs->value();
+    c.batchSize = m_batch->value();
+    c.learningRate = m_lr->value();
+    c.optimizer = *parseOptimizer(m_optimizer->currentText().toStdString());
+    c.model.embedDim = m_embed->value();
+    c.model.hidden = m_hidden->value();
+    c.model.layers = m_layers->value();
+    c.model.dropout = m_dropout->value();
+    c.model.attention = m_attention->isChecked();
+    c.model.sharedEmbedding = m_shared->isChecked();
+    c.teacherForcing = m_teacher->value();
+    c.clipNorm = m_clip->value();
+    c.patience = m_patience->value();
+    c.validationFraction = m_valFraction->value();
+    c.seed = static_cast<uint64_t>(m_seed->value());
+    c.device = m_device->currentData().toString().isEmpty() ? "cpu" : m_device->currentData().toString().toStdString();
+    c.threads = m_threads->value();
+    c.precision = *parsePrecision(m_precision->currentData().toString().isEmpty() ? "fp32" : m_precision->currentData().toString().toStdString());
+    return c;
+}
+
+void TrainView::setConfig(const TrainConfig& c)
+{
+    m_base = c;
+    const int presetIndex = m_preset->findData(QString::fromStdString(c.preset));
+    if (presetIndex >= 0 && presetIndex != m_preset->currentIndex()) {
+        const QSignalBlocker block(m_preset);
+        m_preset->setCurrentIndex(presetIndex);
+    }
+    m_epochs->setValue(c.epochs);
+    m_batch->setValue(c.batchSize);
+    m_lr->setValue(c.learningRate);
+    m_optimizer->setCurrentText(QString::fromStdString(optimizerName(c.optimizer)));
+    m_embed->setValue(c.model.embedDim);
+    m_hidden->setValue(c.model.hidden);
+    m_layers->setValue(c.model.layers);
+    m_dropout->setValue(c.model.dropout);
+    m_attention->setChecked(c.model.attention);
+    m_shared->setChecked(c.model.sharedEmbedding);
+    m_teacher->setValue(c.teacherForcing);
+    m_clip->setValue(c.clipNorm);
+    m_patience->setValue(c.patience);
+    m_valFraction->setValue(c.validationFraction);
+    m_seed->setValue(static_cast<int>(c.seed));
+    const int d = m_device->findData(QString::fromStdString(c.device));
+    if (d >= 0)
+        m_device->setCurrentIndex(d);
+    if (c.threads > 0)
+        m_threads->setValue(c.threads);
+    const int p = m_precision->findData(QString::fromStdString(precisionName(c.precision)));
+    if (p >= 0 && m_precision->model()->flags(m_precision->model()->index(p, 0)) & Qt::ItemIsEnabled)
+        m_precision->setCurrentIndex(p);
+}
+
+void TrainView::fillDevices()
+{
+    const QString wanted = m_device->currentData().toString();
+    const QSignalBlocker block(m_device);
+    m_device->clear();
+    auto* model = qobject_cast<QStandardItemModel*>(m_device->model());
+    bool anyCuda = false;
+    for (const auto& d : m_engine->devices()) {
+        const double gib = static_cast<double>(d.memoryBytes) / (1 << 30);
+        if (d.id == "cpu") {
+            m_device->addItem(tr("CPU — %1 (%2 threads, %3 GiB)").arg(QString::fromStdString(d.name)).arg(d.threads).arg(gib, 0, 'f', 0), "cpu");
+        } else {
+            anyCuda = true;
+            m_device->addItem(tr("%1 — %2 (%3 GiB)").arg(QString::fromStdString(d.id), QString::fromStdString(d.name)).arg(gib, 0, 'f', 1),
+                QString::fromStdString(d.id));
+        }
+    }
+    if (!anyCuda) {
+        m_device->addItem(tr("CUDA GPU — none available"), QString());
+        auto* item = model->item(m_device->count() - 1);
+        item->setEnabled(false);
+        item->setToolTip(tr("This build can use CUDA, but no CUDA device or driver was found on this machine."));
+    }
+    const int i = m_device->findData(wanted);
+    m_device->setCurrentIndex(i >= 0 ? i : 0);
+    m_deviceNote->setText(anyCuda ? tr("CUDA devices found: pick one above.")
+                                  : tr("No CUDA GPU on this machine: training runs on the CPU. CUDA entries appear here when a GPU and driver are present."));
+    updatePrecisions();
+}
+
+void TrainView::updatePrecisions()
+{
+    const QString id = m_device->currentData().toString();
+    auto* model = qobject_cast<QStandardItemModel*>(m_precision->model());
+    QStringList reasons;
+    for (const auto& d : m_engine->devices()) {
+        if (QString::fromStdString(d.id) != id)
+            continue;
+        for (const auto& s : d.precisions) {
+            const int row = m_precision->findData(QString::fromStdString(precisionName(s.precision)));
+            auto* item = model->item(row);
+            item->setEnabled(s.supported);
+            item->setToolTip(s.supported ? tr("supported on %1").arg(id) : QString::fromStdString(s.reason));
+            if (!s.supported)
+                reasons << QString::fromStdString(precisionName(s.precision) + ": " + s.reason);
+        }
+    }
+    if (!(model->item(m_precision->currentIndex())->flags() & Qt::ItemIsEnabled))
+        m_precision->setCurrentIndex(0);
+    m_threads->setEnabled(id == "cpu");
+    if (!reasons.isEmpty())
+        m_precision->setToolTip(tr("Not available here — %1").arg(reasons.join("; ")));
+}
+
+void TrainView::setRunsDir(const QString& dir)
+{
+    m_runsDir = dir;
+    QDir().mkpath(dir);
+    refreshRunHistory();
+}
+
+void TrainView::setCurrentRun(const QString& dir)
+{
+    m_currentRun = dir;
+    for (int i = 0; i < m_runs->count(); ++i)
+        if (m_runs->item(i)->data(Qt::UserRole).toString() == dir)
+            m_runs->setCurrentRow(i);
+}
+
+void TrainView::refreshRunHistory()
+{
+    QSet<QString> checked;
+    for (int i = 0; i < m_runs->count(); ++i)
+        if (m_runs->item(i)->checkState() == Qt::Checked)
+            checked << m_runs->item(i)->data(Qt::UserRole).toString();
+    const QSignalBlocker block(m_runs);
+    m_runs->clear();
+    const QDir dir(m_runsDir);
+    const auto entries = dir.entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time);
+    for (const QFileInfo& e : entries) {
+        if (!QFileInfo::exists(e.filePath() + "/state.json"))
+            continue;
+        auto* item = new QListWidgetItem(e.fileName(), m_runs);
+        item->setData(Qt::UserRole, e.filePath());
+        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+        item->setCheckState(checked.contains(e.filePath()) ? Qt::Checked : Qt::Unchecked);
+        if (e.filePath() == m_currentRun)
+            m_runs->setCurrentItem(item);
+    }
+    m_resume->setEnabled(!m_engine->isTraining() && !m_currentRun.isEmpty());
+}
+
+void TrainView::setRunning(bool running)
+{
+    m_train->setEnabled(!running);
+    m_stop->setEnabled(running);
+    m_resume->setEnabled(!running && !m_currentRun.isEmpty());
+    m_preset->setEnabled(!running);
+}
+
+void TrainView::startTraining()
+{
+    if (m_engine->isTraining())
+        return;
+    TrainConfig cfg = config();
+    try {
+        validate(cfg);
+    } catch (const std::exception& e) {
+        Q_EMIT status(QString::fromStdString(e.what()));
+        return;
+    }
+    const QString name = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") + "-" + QString::fromStdString(cfg.preset);
+    QString dir = QDir(m_runsDir).filePath(name);
+    for (int n = 2; QFileInfo::exists(dir); ++n)
+        dir = QDir(m_runsDir).filePath(name + "-" + QString::number(n));
+    m_plot->clear();
+    m_eta->setText(tr("starting…"));
+    setRunning(true);
+    m_engine->startTraining(cfg, dir);
+}
+
+void TrainView::stopTraining()
+{
+    m_eta->setText(tr("stopping after this batch…"));
+    m_engine->stop();
+}
+
+void TrainView::resumeTraining()
+{
+    if (m_engine->isTraining() || m_currentRun.isEmpty())
+        return;
+    m_plot->clear();
+    for (const auto& m : readRunHistory(m_currentRun))
+        m_plot->addEpoch(m);
+    setRunning(true);
+    m_eta->setText(tr("resuming %1…").arg(QFileInfo(m_currentRun).fileName()));
+    m_engine->resume(m_currentRun, m_epochs->value());
+}
