@@ -1,5 +1,6 @@
 // chatbench-cli: the headless workbench — corpus checks, training, chat and the environment doctor.
 
+#include "chatbench/bench.h"
 #include "chatbench/chatbot.h"
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -380,6 +382,34 @@ int doctorCommand(bool json)
     broken.handoff = HandoffMode::ZeroInit;
     const Reply rGood = bot.reply("how are you", good);
     const Reply rBroken = bot.reply("how are you", broken);
+    // CPU↔CUDA parity: the same weights on both devices, the same question.
+    struct Parity {
+        bool ran = false;
+        std::string why;
+        double maxLogitDiff = 0;
+        bool repliesAgree = false;
+        std::string cudaReply;
+    } parity;
+    if (env.cudaAvailable) {
+        const Chatbot gpu = Chatbot::load(run, "cuda:0");
+        DecodeOptions withLogits;
+        withLogits.recordLogits = true;
+        const Reply a = bot.reply("how are you", withLogits);
+        const Reply b = gpu.reply("how are you", withLogits);
+        parity.ran = true;
+        parity.repliesAgree = a.text == b.text;
+        parity.cudaReply = b.text;
+        for (size_t t = 0; t < std::min(a.trace.steps.size(), b.trace.steps.size()); ++t) {
+            const auto& la = a.trace.steps[t].logits;
+            const auto& lb = b.trace.steps[t].logits;
+            for (size_t k = 0; k < std::min(la.size(), lb.size()); ++k)
+                parity.maxLogitDiff = std::max(parity.maxLogitDiff, static_cast<double>(std::abs(la[k] - lb[k])));
+            if (a.trace.steps[t].chosenId != b.trace.steps[t].chosenId)
+                break; // past a divergence the inputs differ
+        }
+    } else {
+        parity.why = "no CUDA device available";
+    }
     std::error_code ec;
     fs::remove_all(dir, ec);
     const auto& g = rGood.trace.checks;
@@ -407,6 +437,10 @@ int doctorCommand(bool json)
         j["handoff"] = {{"train_loss", tr.finalTrainLoss}, {"reply", rGood.text},
             {"checks", nlohmann::ordered_json::parse(toJson(rGood))["trace"]["checks"]},
             {"zero_init_checks", nlohmann::ordered_json::parse(toJson(rBroken))["trace"]["checks"]}, {"healthy", healthy}};
+        j["cpu_cuda_parity"] = parity.ran
+            ? nlohmann::ordered_json{{"max_logit_diff", parity.maxLogitDiff}, {"replies_agree", parity.repliesAgree},
+                  {"cpu_reply", rGood.text}, {"cuda_reply", parity.cudaReply}}
+            : nlohmann::ordered_json{{"skipped", parity.why}};
         std::cout << j.dump(2) << "\n";
         return healthy ? 0 : 1;
     }
@@ -427,9 +461,87 @@ int doctorCommand(bool json)
               << rGood.text << "'\n"
               << "  correct    " << checkLine(g) << "\n"
               << "  zero-init  " << checkLine(b) << "\n"
+              << "parity       " << (parity.ran ? "cpu vs cuda:0 max |Δlogit| " + std::to_string(parity.maxLogitDiff) + ", greedy replies "
+                                                   + (parity.repliesAgree ? "agree" : "differ ('" + rGood.text + "' vs '" + parity.cudaReply + "')")
+                                             : "skipped: " + parity.why)
+              << "\n"
               << (healthy ? "healthy: the checks pass with the handoff and catch the zero-state bug\n"
                           : "PROBLEM: the handoff checks did not behave as expected\n");
     return healthy ? 0 : 1;
+}
+
+
+// ---- bench --------------------------------------------------------------------------------
+
+struct BenchArgs {
+    std::string corpus;
+    std::string format = "auto";
+    BenchConfig cfg;
+    std::string out = "bench-report.json";
+    bool json = false;
+    bool noEpoch = false;
+};
+
+int benchCommand(BenchArgs a)
+{
+    if (a.corpus.empty())
+        a.corpus = defaultCorpus();
+    a.cfg.epoch = !a.noEpoch;
+    const Corpus corpus = loadWith(a.corpus, a.format, false);
+    BenchCallbacks cb;
+    cb.cancel = &g_cancel;
+    const bool tty = ::isatty(STDERR_FILENO);
+    cb.onProgress = [&](const std::string& what, int done, int total) {
+        if (tty)
+            std::cerr << "\r\033[K[" << done << "/" << total << "] " << what << std::flush;
+    };
+    const BenchReport r = runBench(a.cfg, corpus, cb);
+    if (tty)
+        std::cerr << "\r\033[K";
+    if (!a.out.empty()) {
+        std::ofstream f(a.out);
+        f << toJson(r);
+        if (!f)
+            throw Error(a.out, 0, "cannot write the report");
+    }
+    if (a.json) {
+        std::cout << toJson(r);
+        return 0;
+    }
+    std::cout << r.label << " · torch " << r.machine.torch << " · preset " << r.preset << " (E=" << r.model.embedDim
+              << ", H=" << r.model.hidden << ", layers " << r.model.layers << ", V=" << r.model.vocabSize << ") · "
+              << r.corpusPairs << " pairs\n\n";
+    std::cout << std::left << std::setw(8) << "device" << std::setw(6) << "prec" << std::right << std::setw(4) << "thr"
+              << std::setw(7) << "batch" << "  " << std::left << std::setw(17) << "unit" << std::right << std::setw(11)
+              << "median ms" << std::setw(20) << "p10–p90 ms" << std::setw(12) << "tokens/s" << std::setw(10) << "GFLOP/s"
+              << std::setw(8) << "%GEMM" << std::setw(10) << "peak MiB" << std::setw(10) << "energy J" << "\n";
+    for (const auto& x : r.rows) {
+        std::cout << std::left << std::setw(8) << x.device << std::setw(6) << x.precision << std::right << std::setw(4)
+                  << x.threads << std::setw(7) << x.batch << "  " << std::left << std::setw(17) << x.unit << std::right
+                  << std::setw(11) << fixed(1e3 * x.time.median, 2) << std::setw(20)
+                  << (fixed(1e3 * x.time.p10, 2) + "–" + fixed(1e3 * x.time.p90, 2)) << std::setw(12)
+                  << fixed(x.tokensPerSecond, 0) << std::setw(10) << fixed(x.gflops, 2) << std::setw(8)
+                  << fixed(100 * x.gemmFraction, 1) << std::setw(10)
+                  << fixed(static_cast<double>(x.peakMemoryBytes) / (1 << 20), 0) << std::setw(10)
+                  << (x.energyJoules >= 0 ? fixed(x.energyJoules, 2) : std::string("n/a")) << "\n";
+    }
+    std::cout << "\nGEMM ceiling (same run):";
+    for (const auto& g : r.gemm)
+        std::cout << "\n  " << g.device << " " << g.precision << (g.threads > 0 ? " " + std::to_string(g.threads) + " thr" : std::string())
+                  << "  " << g.n << "³ matmul: " << fixed(g.gflops, 1) << " GFLOP/s";
+    std::cout << "\nGFLOP/s = model FLOPs / median time: per LSTM layer and step 2·4H·(I+H)·B, projection 2·H·V·B per decoder step,\n"
+                 "training 3× forward; %GEMM = that / the matmul ceiling of the same device, precision and threads.\n";
+    for (const auto& c : r.races)
+        if (!c.points.empty())
+            std::cout << "race " << c.device << " " << c.precision << ": " << c.points.size() << " epochs in "
+                      << fixed(c.points.back().seconds, 2) << " s, final loss " << fixed(c.points.back().loss, 4) << "\n";
+    for (const auto& n : r.notes)
+        std::cout << "note: " << n << "\n";
+    std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource) << "; times are medians of "
+              << a.cfg.repeats << " runs after " << a.cfg.warmup << " warm-up run(s)\n";
+    if (!a.out.empty())
+        std::cout << "report: " << a.out << "\n";
+    return 0;
 }
 
 } // namespace
@@ -509,6 +621,25 @@ int main(int argc, char** argv)
         ->check(CLI::IsMember({"correct", "zero-init", "reset-each-step"}));
     chat->add_option("--device", ch.device, "cpu, cuda, cuda:N");
 
+    BenchArgs ba;
+    auto* bench = app.add_subcommand("bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
+    bench->add_option("--corpus", ba.corpus, "Corpus (default: the bundled corpus)");
+    bench->add_option("--format", ba.format, "Corpus format")->check(CLI::IsMember({"auto", "yaml", "tsv", "jsonl", "cornell", "dialog"}));
+    bench->add_option("--preset", ba.cfg.preset, "Model preset: seed, quick, large")->check(CLI::IsMember(presetNames()))->capture_default_str();
+    bench->add_option("--device", ba.cfg.devices, "Devices, e.g. cpu,cuda:0")->delimiter(',')->capture_default_str();
+    bench->add_option("--precision", ba.cfg.precisions, "fp32,bf16,fp16,tf32")->delimiter(',')
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "tf32"}))->capture_default_str();
+    bench->add_option("--batch", ba.cfg.batchSizes, "Batch sizes, e.g. 1,16,64")->delimiter(',')->check(CLI::Range(1, 65536))->capture_default_str();
+    bench->add_option("--threads", ba.cfg.threads, "CPU thread counts to sweep, e.g. 1,2 (0 = default)")->delimiter(',')
+        ->check(CLI::Range(0, 1024))->capture_default_str();
+    bench->add_option("--repeats", ba.cfg.repeats, "Timed repetitions per unit")->check(CLI::Range(1, 1000))->capture_default_str();
+    bench->add_option("--warmup", ba.cfg.warmup, "Untimed warm-up runs per unit")->check(CLI::Range(0, 100))->capture_default_str();
+    bench->add_option("--reply-length", ba.cfg.replyLength, "Decoder steps per reply")->check(CLI::Range(1, 4096))->capture_default_str();
+    bench->add_option("--race-epochs", ba.cfg.raceEpochs, "Also train N epochs per device, recording loss vs time")->check(CLI::Range(0, 100000));
+    bench->add_flag("--no-epoch", ba.noEpoch, "Skip the whole-epoch timing");
+    bench->add_option("--out", ba.out, "Report file (JSON); empty: none")->capture_default_str();
+    bench->add_flag("--json", ba.json, "Print the report instead of the table");
+
     bool doctorJson = false;
     auto* doctor = app.add_subcommand("doctor", "Versions, devices, and the handoff checks on a tiny model");
     doctor->add_flag("--json", doctorJson, "Print JSON");
@@ -525,6 +656,8 @@ int main(int argc, char** argv)
             return chatCommand(ch);
         if (doctor->parsed())
             return doctorCommand(doctorJson);
+        if (bench->parsed())
+            return benchCommand(ba);
     } catch (const Error& e) {
         std::cerr << "error: " << e.what() << "\n";
         return 1;

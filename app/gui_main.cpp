@@ -59,7 +59,11 @@ int main(int argc, char** argv)
     if (!tour)
         return app.exec();
 
-    ScreenshotTour shots(&window, parser.value(shotOpt));
+    QStringList reports;
+    const QDir examples(CHATBENCH_SOURCE_DIR "/bench/reports");
+    for (const QString& f : examples.entryList({"*.json"}, QDir::Files, QDir::Name))
+        reports << examples.filePath(f);
+    ScreenshotTour shots(&window, parser.value(shotOpt), reports);
     int code = 0;
     QTimer::singleShot(0, &app, [&] {
         code = shots.run();

@@ -53,6 +53,7 @@ private Q_SLOTS:
     void badArguments();
     void stopAndResume();
     void doctor();
+    void bench();
 
 private:
     QTemporaryDir m_dir;
@@ -203,6 +204,33 @@ void TestCli::doctor()
     const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
     QVERIFY(o["cuda_built"].toBool());
     QVERIFY(o["handoff"].toObject()["healthy"].toBool());
+    // No GPU here: the CPU↔CUDA parity check says it was skipped and why.
+    if (!o["cuda_available"].toBool()) {
+        QVERIFY(r.out.contains("parity       skipped: no CUDA device available"));
+        QVERIFY(o["cpu_cuda_parity"].toObject().contains("skipped"));
+    }
+}
+
+void TestCli::bench()
+{
+    const QString out = m_dir.filePath("bench.json");
+    const Run r = cli({"bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2,4", "--precision", "fp32,fp16",
+        "--repeats", "2", "--warmup", "1", "--reply-length", "3", "--race-epochs", "2", "--out", out});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    for (const char* unit : {"train_step", "reply_latency", "reply_throughput", "epoch"})
+        QVERIFY2(r.out.contains(unit), unit);
+    QVERIFY(r.out.contains("GEMM ceiling"));
+    QVERIFY(r.out.contains("race cpu fp32: 2 epochs"));
+    QVERIFY(r.out.contains("note: cpu fp16: not supported"));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject j = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(j["format"].toString(), QString("chatbench-bench"));
+    QCOMPARE(j["schema_version"].toInt(), 1);
+    QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1);
+    QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
+    QVERIFY(cli({"bench", "--batch", "0"}).code != 0);
+    QVERIFY(cli({"bench", "--precision", "fp8"}).code != 0);
 }
 
 QTEST_GUILESS_MAIN(TestCli)

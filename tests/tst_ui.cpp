@@ -3,7 +3,9 @@
 // diversity probe, a bad corpus, chat while training, settings, and an event-loop stall probe.
 
 #include "chatbench/corpus.h"
+#include "chatbench/trainer.h"
 #include "chatview.h"
+#include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
 #include "handoffview.h"
@@ -61,7 +63,10 @@ private Q_SLOTS:
     void breakingHandoffTurnsBadgeRedAndProbeDrops();
     void stopEndsTrainingWithinASecond();
     void chatWorksWhileTraining();
+    void attentionRunShowsAttention();
     void plotDownsamplesAndKeepsNewestPoint();
+    void compareShowsImportedReports();
+    void compareRunsBenchmarkHere();
     void settingsPersist();
 
 private:
@@ -267,6 +272,27 @@ void TestUi::chatWorksWhileTraining()
     QVERIFY(finished.wait(10000));
 }
 
+void TestUi::attentionRunShowsAttention()
+{
+    // A run trained outside the window (as the CLI would), opened for chat.
+    TrainConfig cfg = smallConfig(3);
+    cfg.model.attention = true;
+    cfg.model.layers = 2;
+    const std::string dir = m_dir.filePath("runs/attention").toStdString();
+    train(cfg, loadCorpus(kCorpus), dir);
+    QSignalSpy opened(m_window->engine(), &EngineController::runLoaded);
+    m_window->engine()->loadRun(QString::fromStdString(dir));
+    QVERIFY(opened.wait(30000));
+    QCOMPARE(opened.first().at(0).value<RunSummary>().history.size(), size_t(3));
+    QSignalSpy replies(m_window->engine(), &EngineController::replyReady);
+    m_window->chatView()->ask("what does the forget gate do?");
+    QVERIFY(replies.wait(30000));
+    auto* view = m_window->chatView()->handoffView();
+    QVERIFY(view->tabs()->isTabEnabled(3));
+    QVERIFY(view->badgePasses(0) && view->badgePasses(1) && view->badgePasses(2));
+    QVERIFY(replies.first().at(0).value<ChatAnswer>().reply.trace.encoderFinal.size() == 2);
+}
+
 void TestUi::plotDownsamplesAndKeepsNewestPoint()
 {
     LivePlot plot;
@@ -279,6 +305,110 @@ void TestUi::plotDownsamplesAndKeepsNewestPoint()
     auto* raw = plot.lossPlot()->graph(0);
     QCOMPARE((raw->data()->constEnd() - 1)->key, 100001.0);
     QCOMPARE(replotted.count(), 1); // 100k points, one replot
+}
+
+namespace {
+// A report as a GPU server's `chatbench-cli bench` would write it (test fixture values).
+BenchReport fixtureReport(const std::string& label, const std::string& device, double epochSeconds)
+{
+    BenchReport r;
+    r.label = label;
+    r.preset = "seed";
+    r.model.vocabSize = 1000;
+    for (int batch : {1, 16, 64}) {
+        BenchRow step;
+        step.device = device;
+        step.precision = "fp32";
+        step.batch = batch;
+        step.unit = "train_step";
+        step.time = summarise({0.001 * batch, 0.0011 * batch});
+        step.tokensPerSecond = 1000.0 * batch;
+        r.rows.push_back(step);
+        BenchRow reply = step;
+        reply.unit = batch == 1 ? "reply_latency" : "reply_throughput";
+        r.rows.push_back(reply);
+    }
+    BenchRow epoch;
+    epoch.device = device;
+    epoch.precision = "fp32";
+    epoch.batch = 50;
+    epoch.unit = "epoch";
+    epoch.time = summarise({epochSeconds, epochSeconds * 1.1, epochSeconds * 0.9});
+    r.rows.push_back(epoch);
+    r.races.push_back({device, "fp32", 0, {{epochSeconds, 5.0, NAN}, {2 * epochSeconds, 4.0, NAN}}});
+    return r;
+}
+} // namespace
+
+void TestUi::compareShowsImportedReports()
+{
+    auto* compare = m_window->compareView();
+    const QString a = QString::fromStdString(testutil::writeFile(m_dir, "a.json", QByteArray::fromStdString(toJson(fixtureReport("Server A", "cuda:0", 0.5)))));
+    const QString b = QString::fromStdString(testutil::writeFile(m_dir, "b.json", QByteArray::fromStdString(toJson(fixtureReport("Laptop B", "cpu", 2.0)))));
+    const int before = compare->sources().size();
+    QVERIFY(compare->importReport(a));
+    QVERIFY(compare->importReport(b));
+    QCOMPARE(compare->sources().size(), before + 2);
+    QCOMPARE(compare->sources().back().label, QString("Laptop B"));
+    // Epoch bars: one bar per report here; the faster one is labelled with its speed-up (×4.00).
+    int bars = 0;
+    for (int i = 0; i < compare->epochChart()->plottableCount(); ++i)
+        if (auto* b = qobject_cast<QCPBars*>(compare->epochChart()->plottable(i)))
+            bars += b->dataCount();
+    QVERIFY(bars >= 2);
+    bool speedUp = false;
+    for (int i = 0; i < compare->epochChart()->itemCount(); ++i)
+        if (auto* t = qobject_cast<QCPItemText*>(compare->epochChart()->item(i)))
+            speedUp = speedUp || t->text() == QString::fromUtf8("×4.00");
+    QVERIFY(speedUp);
+    QVERIFY(compare->throughputChart()->graphCount() >= 2);
+    QCOMPARE(compare->throughputChart()->graph(compare->throughputChart()->graphCount() - 1)->dataCount(), 3);
+    QVERIFY(compare->latencyChart()->graphCount() >= 2);
+    QVERIFY(compare->raceChart()->graphCount() >= 2);
+    int rows = 0;
+    for (const auto& s : compare->sources())
+        rows += static_cast<int>(s.report.rows.size());
+    QCOMPARE(compare->table()->rowCount(), rows);
+
+    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.json", "{\n  \"format\": \"chatbench-bench\",\n  oops\n}\n"));
+    QVERIFY(!compare->importReport(bad));
+    QVERIFY(!compare->errorLabel()->isHidden());
+    QVERIFY2(compare->errorLabel()->text().contains(bad + ":3:"), qPrintable(compare->errorLabel()->text()));
+    QCOMPARE(compare->sources().size(), before + 2);
+
+    const QString png = m_dir.filePath("compare.png"), pdf = m_dir.filePath("compare.pdf");
+    QVERIFY(compare->exportCharts(png));
+    QVERIFY(compare->exportCharts(pdf));
+    QVERIFY(QFileInfo(png).size() > 1000 && QFileInfo(pdf).size() > 1000);
+}
+
+void TestUi::compareRunsBenchmarkHere()
+{
+    auto* compare = m_window->compareView();
+    auto* engine = m_window->engine();
+    compare->setBatchSizes("2,4");
+    compare->setRepeats(2);
+    compare->setRaceEpochs(1);
+    const int before = compare->sources().size();
+    QSignalSpy rows(engine, &EngineController::benchRow);
+    QSignalSpy finished(engine, &EngineController::benchFinished);
+    compare->runButton()->click();
+    QVERIFY(!compare->runButton()->isEnabled());
+    QVERIFY(finished.wait(180000));
+    QVERIFY(compare->runButton()->isEnabled());
+    QCOMPARE(compare->sources().size(), before + 1);
+    const auto& local = compare->sources().back();
+    QVERIFY(local.local);
+    // cpu fp32: train steps at 2 and 4, replies at 1, 2, 4, one epoch.
+    QCOMPARE(local.report.rows.size(), size_t(6));
+    QCOMPARE(rows.count(), 6);
+    QCOMPARE(local.report.races.size(), size_t(1));
+    const QString out = m_dir.filePath("local.json");
+    compare->table()->setCurrentCell(0, 0);
+    QVERIFY(compare->exportReport(out));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(benchReportFromJson(f.readAll().toStdString(), "local.json").rows.size(), local.report.rows.size());
 }
 
 void TestUi::settingsPersist()

@@ -132,7 +132,35 @@ public:
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Run); });
     }
 
+    void bench(const BenchConfig& cfg)
+    {
+        BenchReport report;
+        bool ok = false;
+        if (!m_corpus) {
+            Q_EMIT failed(tr("Load a corpus before benchmarking: the timings train and answer on it."), EngineController::Job::Bench);
+        } else {
+            m_cancel->store(false);
+            BenchCallbacks cb;
+            cb.cancel = m_cancel.get();
+            cb.onProgress = [&](const std::string& what, int done, int total) {
+                Q_EMIT benchProgress(QString::fromStdString(what), done, total);
+            };
+            cb.onRow = [&](const BenchRow& r) { Q_EMIT benchRow(r); };
+            guarded(
+                [&] {
+                    report = runBench(cfg, *m_corpus, cb);
+                    report.corpus = QFileInfo(m_corpusPath).fileName().toStdString();
+                    ok = true;
+                },
+                [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Bench); });
+        }
+        Q_EMIT benchFinished(report, ok);
+    }
+
 Q_SIGNALS:
+    void benchProgress(const QString& what, int done, int total);
+    void benchRow(const chatbench::BenchRow& row);
+    void benchFinished(const chatbench::BenchReport& report, bool ok);
     void devicesReady(const std::vector<chatbench::DeviceInfo>& devices);
     void corpusLoaded(const CorpusSummary& summary);
     void trainingStarted(const QString& runDir, const chatbench::TrainConfig& config, qint64 firstStep);
@@ -248,6 +276,8 @@ EngineController::EngineController(QObject* parent)
     qRegisterMetaType<chatbench::EpochMetrics>();
     qRegisterMetaType<chatbench::TrainProgress>();
     qRegisterMetaType<chatbench::TrainResult>();
+    qRegisterMetaType<chatbench::BenchReport>();
+    qRegisterMetaType<chatbench::BenchRow>();
     qRegisterMetaType<std::shared_ptr<const chatbench::Chatbot>>("std::shared_ptr<const chatbench::Chatbot>");
     qRegisterMetaType<std::vector<chatbench::DeviceInfo>>("std::vector<chatbench::DeviceInfo>");
 
@@ -272,6 +302,15 @@ EngineController::EngineController(QObject* parent)
         Q_EMIT trainingFinished(r, dir);
     });
     connect(m_engine, &EngineWorker::runLoaded, this, &EngineController::runLoaded);
+    connect(m_engine, &EngineWorker::benchProgress, this, &EngineController::benchProgress);
+    connect(m_engine, &EngineWorker::benchRow, this, &EngineController::benchRow);
+    connect(m_engine, &EngineWorker::benchFinished, this, [this](const BenchReport& r, bool ok) {
+        m_benchmarking = false;
+        if (ok)
+            Q_EMIT benchFinished(r);
+        else
+            Q_EMIT benchFinished(BenchReport{});
+    });
     connect(m_engine, &EngineWorker::log, this, &EngineController::log);
     connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
     // Snapshots go straight to the chat thread (queued there), and the UI hears about them.
@@ -307,7 +346,7 @@ void EngineController::loadCorpus(const CorpusRequest& request)
 
 void EngineController::startTraining(const TrainConfig& config, const QString& runDir)
 {
-    if (m_training)
+    if (m_training || m_benchmarking)
         return;
     m_training = true;
     m_cancel->store(false);
@@ -316,11 +355,22 @@ void EngineController::startTraining(const TrainConfig& config, const QString& r
 
 void EngineController::resume(const QString& runDir, int epochs)
 {
-    if (m_training)
+    if (m_training || m_benchmarking)
         return;
     m_training = true;
     m_cancel->store(false);
     QMetaObject::invokeMethod(m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); }, Qt::QueuedConnection);
+}
+
+void EngineController::runBench(const BenchConfig& config)
+{
+    if (m_training || m_benchmarking) {
+        Q_EMIT failed(tr("Wait for the current training or benchmark to end first."), Job::Bench);
+        return;
+    }
+    m_benchmarking = true;
+    m_cancel->store(false);
+    QMetaObject::invokeMethod(m_engine, [w = m_engine, config] { w->bench(config); }, Qt::QueuedConnection);
 }
 
 void EngineController::stop()

@@ -13,6 +13,7 @@
 // Engine callbacks arrive as queued signals carrying small value structs; any failure arrives
 // as one `failed` signal with a message a user can act on.
 
+#include "chatbench/bench.h"
 #include "chatbench/chatbot.h"
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
@@ -80,13 +81,15 @@ Q_DECLARE_METATYPE(chatbench::StepMetrics)
 Q_DECLARE_METATYPE(chatbench::EpochMetrics)
 Q_DECLARE_METATYPE(chatbench::TrainProgress)
 Q_DECLARE_METATYPE(chatbench::TrainResult)
+Q_DECLARE_METATYPE(chatbench::BenchReport)
+Q_DECLARE_METATYPE(chatbench::BenchRow)
 
 class EngineController : public QObject {
     Q_OBJECT
 
 public:
     // Which job a failure belongs to, so the view that asked can show it in place.
-    enum class Job { Devices, Corpus, Training, Run, Chat };
+    enum class Job { Devices, Corpus, Training, Run, Chat, Bench };
     Q_ENUM(Job)
 
     explicit EngineController(QObject* parent = nullptr);
@@ -103,6 +106,9 @@ public:
     // Replies with the latest weights; returns the request id echoed in replyReady.
     quint64 chat(const QString& text, const chatbench::DecodeOptions& options);
     void probeDiversity(const QStringList& questions, const chatbench::DecodeOptions& options);
+    // Benchmarks on the loaded corpus (engine thread; not while training). stop() cancels.
+    void runBench(const chatbench::BenchConfig& config);
+    bool isBenchmarking() const { return m_benchmarking; }
 
     bool isTraining() const { return m_training; }
     bool hasBot() const { return m_hasBot; }
@@ -121,6 +127,9 @@ Q_SIGNALS:
     void botReady(qint64 step);
     void replyReady(const ChatAnswer& answer);
     void probeDone(const ProbeResult& result);
+    void benchProgress(const QString& what, int done, int total);
+    void benchRow(const chatbench::BenchRow& row);
+    void benchFinished(const chatbench::BenchReport& report); // empty rows: it failed (see failed)
     void log(const QString& message);
     void failed(const QString& message, EngineController::Job job);
 
@@ -132,6 +141,7 @@ private:
     std::shared_ptr<std::atomic<bool>> m_cancel;
     std::vector<chatbench::DeviceInfo> m_devices;
     bool m_training = false;
+    bool m_benchmarking = false;
     bool m_hasBot = false;
     quint64 m_nextId = 1;
 };

@@ -3,6 +3,7 @@
 #include "chatbench/config.h"
 #include "chatbench/error.h"
 #include "chatview.h"
+#include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
 #include "handoffview.h"
@@ -34,10 +35,12 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     m_corpus = new CorpusView(m_engine);
     m_train = new TrainView(m_engine);
     m_chat = new ChatView(m_engine);
+    m_compare = new CompareView(m_engine);
     m_tabs = new QTabWidget;
     m_tabs->addTab(m_corpus, tr("&Corpus"));
     m_tabs->addTab(m_train, tr("&Train"));
     m_tabs->addTab(m_chat, tr("C&hat"));
+    m_tabs->addTab(m_compare, tr("C&ompare"));
     setCentralWidget(m_tabs);
 
     QSettings settings;
@@ -70,7 +73,7 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     run->addAction(tr("&Stop"), QKeySequence("Ctrl+."), m_train, &TrainView::stopTraining);
     run->addAction(tr("&Resume"), QKeySequence("Ctrl+R"), m_train, &TrainView::resumeTraining);
     auto* view = menuBar()->addMenu(tr("&View"));
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < m_tabs->count(); ++i)
         view->addAction(m_tabs->tabText(i).remove('&'), QKeySequence(QString("Alt+%1").arg(i + 1)), this, [this, i] { m_tabs->setCurrentIndex(i); });
     // The buttons carry the same shortcuts for their tooltips; the menu owns them.
     m_train->trainButton()->setShortcut({});
@@ -93,6 +96,7 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     });
     connect(m_engine, &EngineController::log, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
     connect(m_train, &TrainView::status, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+    connect(m_compare, &CompareView::status, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
     connect(m_engine, &EngineController::devicesReady, this, [this] {
         const auto& d = m_engine->devices();
         m_statusDevice->setText(d.size() > 1 ? tr("%1 CUDA device(s)").arg(d.size() - 1) : tr("CPU only (no CUDA device)"));

@@ -4,6 +4,7 @@
 #include <QMainWindow>
 
 class ChatView;
+class CompareView;
 class CorpusView;
 class EngineController;
 class QLabel;
@@ -25,6 +26,7 @@ public:
     CorpusView* corpusView() const { return m_corpus; }
     TrainView* trainView() const { return m_train; }
     ChatView* chatView() const { return m_chat; }
+    CompareView* compareView() const { return m_compare; }
     QTabWidget* tabs() const { return m_tabs; }
     QString lastError() const { return m_lastError; }
 
@@ -40,6 +42,7 @@ private:
     CorpusView* m_corpus = nullptr;
     TrainView* m_train = nullptr;
     ChatView* m_chat = nullptr;
+    CompareView* m_compare = nullptr;
     QLabel* m_statusDevice = nullptr;
     QString m_lastError;
 };

@@ -1,6 +1,7 @@
 #include "screenshottour.h"
 
 #include "chatview.h"
+#include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
 #include "handoffview.h"
@@ -51,10 +52,11 @@ void settle(int ms)
 
 } // namespace
 
-ScreenshotTour::ScreenshotTour(MainWindow* window, const QString& outDir, QObject* parent)
+ScreenshotTour::ScreenshotTour(MainWindow* window, const QString& outDir, const QStringList& reports, QObject* parent)
     : QObject(parent)
     , m_window(window)
     , m_dir(outDir)
+    , m_reports(reports)
 {
     QDir().mkpath(m_dir);
 }
@@ -139,5 +141,20 @@ int ScreenshotTour::run()
     corpus->load(bad);
     ok = waitFor(engine, &EngineController::failed, 30000) && ok;
     shot("08-corpus-error");
+
+    // 6. Compare: benchmark this machine (fp32 and bf16, a race) beside imported reports.
+    corpus->load(m_window->corpusView()->currentPath());
+    ok = waitFor(engine, &EngineController::corpusLoaded, 30000) && ok;
+    auto* compare = m_window->compareView();
+    tabs->setCurrentWidget(compare);
+    for (const QString& r : m_reports)
+        ok = compare->importReport(r) && ok;
+    compare->setBatchSizes("1,16,64");
+    compare->setRepeats(3);
+    compare->setRaceEpochs(15);
+    compare->findChild<QCheckBox*>("bf16")->setChecked(true);
+    compare->runLocal();
+    ok = waitFor(engine, &EngineController::benchFinished, 600000) && ok;
+    shot("09-compare");
     return ok ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 class MainWindow;
 
@@ -12,7 +13,8 @@ class ScreenshotTour : public QObject {
     Q_OBJECT
 
 public:
-    ScreenshotTour(MainWindow* window, const QString& outDir, QObject* parent = nullptr);
+    // `reports`: benchmark reports to import into the Compare view next to this machine's run.
+    ScreenshotTour(MainWindow* window, const QString& outDir, const QStringList& reports = {}, QObject* parent = nullptr);
     // Runs the tour to the end; returns 0 when every step happened, 1 otherwise.
     int run();
 
@@ -22,4 +24,5 @@ private:
 
     MainWindow* m_window;
     QString m_dir;
+    QStringList m_reports;
 };

@@ -183,6 +183,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
         setCurrentRun(dir);
         refreshRunHistory();
     });
+    // The tokenizer options set in the Corpus tab are the ones training uses.
+    connect(m_engine, &EngineController::corpusLoaded, this, [this](const CorpusSummary& s) { m_base.tokenizer = s.request.tokenizer; });
     connect(m_engine, &EngineController::stepDone, m_plot, &LivePlot::addStep);
     connect(m_engine, &EngineController::epochDone, m_plot, &LivePlot::addEpoch);
     connect(m_engine, &EngineController::progress, this, [this](const TrainProgress& p) {

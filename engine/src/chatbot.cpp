@@ -327,6 +327,8 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
         step.outputGate = toVector(g.o);
         if (d.attention.defined())
             step.attention = toVector(d.attention[0][0]);
+        if (opt.recordLogits)
+            step.logits = toVector(logits);
         step.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         tr.steps.push_back(std::move(step));
 

@@ -215,6 +215,11 @@ EnvironmentInfo environmentInfo()
     e.onednnVersion = grab("Intel(R) MKL-DNN ");
     if (e.onednnVersion.empty())
         e.onednnVersion = grab("oneDNN ");
+#ifdef CHATBENCH_HAVE_CUDART
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
+        e.driverVersion = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+#endif
     e.threads = torch::get_num_threads();
     e.interopThreads = torch::get_num_interop_threads();
     return e;

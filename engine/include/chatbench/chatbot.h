@@ -42,6 +42,7 @@ struct DecodeOptions {
     int maxLength = 0;        // reply tokens at most; 0 = the model's max target length
     int traceTopK = 5;        // top-k entries recorded per decoder step
     HandoffMode handoff = HandoffMode::Correct;
+    bool recordLogits = false; // keep every step's full logits in the trace (for device parity checks)
 };
 
 struct LayerState {
@@ -68,6 +69,7 @@ struct DecoderStep {
     std::vector<float> cellGate;      // top layer, tanh(g)
     std::vector<float> outputGate;    // top layer, sigmoid(o)
     std::vector<float> attention;     // weights over the source tokens (empty without attention)
+    std::vector<float> logits;        // all V logits, only with DecodeOptions::recordLogits
     double milliseconds = 0;          // wall time of the step
 };
 

@@ -46,6 +46,7 @@ struct EnvironmentInfo {
     int cudaDeviceCount = 0;
     std::string cudaVersion;     // CUDA version torch was built with
     std::string cudnnVersion;
+    std::string driverVersion;   // CUDA driver, when one is installed
     std::string onednnVersion;
     int threads = 0;             // intra-op threads
     int interopThreads = 0;

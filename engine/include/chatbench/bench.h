@@ -1,0 +1,150 @@
+#pragma once
+// Benchmarks: how fast a chatbot trains and answers on each device and precision.
+//
+//   chatbench::BenchConfig cfg;                        // cpu fp32, batches 1/16/64, seed model
+//   cfg.devices = {"cpu", "cuda:0"};
+//   auto report = chatbench::runBench(cfg, corpus, {});
+//   std::cout << chatbench::toJson(report);            // versioned schema "chatbench-bench"
+//
+// Timed units: one training step, one epoch over the corpus, a full reply at batch 1 (latency)
+// and replies at batch N (throughput). Each is warmed up, repeated, and summarised by its
+// median and spread; CUDA work is synchronised before every clock read. Derived figures:
+// tokens/s, achieved GFLOP/s from the formula below, its ratio to a GEMM measured on the same
+// device in the same run, peak memory, and energy where the machine exposes it.
+//
+// FLOP count (multiply-add = 2 FLOPs): an LSTM layer with input width I and H units does
+// 2·4H·(I+H)·B FLOPs per step for B sequences; the output projection 2·H·V·B per decoder step
+// With attention add, per decoder step, 2·2·S·H·B (scores and context over S source steps) and
+// 2·2H·H·B (the combine layer), and once per source step 2·H·H·B (the key projection).
+// A training step counts 3× the forward (forward + backward ≈ 2× forward). The encoder runs on
+// packed sequences, so the benchmark counts its real source tokens; the decoder, projection and
+// attention run over the padded batch and are counted that way.
+
+#include "chatbench/config.h"
+#include "chatbench/corpus.h"
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+// FLOPs of an LSTM stack: `layers` layers, first input `input`, `hidden` units, B sequences, T steps.
+double lstmFlops(int layers, int64_t input, int64_t hidden, int64_t batch, int64_t steps);
+// Forward FLOPs of the seq2seq model for B pairs with S source and T target steps.
+double seq2seqForwardFlops(const ModelConfig& m, int64_t batch, int64_t sourceSteps, int64_t targetSteps);
+// A training step: 3 × the forward.
+double seq2seqTrainFlops(const ModelConfig& m, int64_t batch, int64_t sourceSteps, int64_t targetSteps);
+
+struct Timing {
+    std::vector<double> samples; // seconds, one per repetition, warm-up excluded
+    double median = 0;
+    double p10 = 0;
+    double p90 = 0;
+    double min = 0;
+    double max = 0;
+};
+// Summary statistics of samples (seconds).
+Timing summarise(std::vector<double> samples);
+
+// The clock the harness reads. `sync` waits for queued device work (CUDA) before a read.
+struct BenchClock {
+    std::function<double()> now; // seconds
+    std::function<void()> sync;
+};
+// Runs `work` warmup times untimed, then `repeats` times, each between two synced clock reads.
+Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, const BenchClock& clock);
+
+struct BenchConfig {
+    std::vector<std::string> devices = {"cpu"};
+    std::vector<std::string> precisions = {"fp32"};   // fp32, bf16, fp16, tf32 (CUDA)
+    std::vector<int> batchSizes = {1, 16, 64};
+    std::vector<int> threads = {0};                   // CPU thread counts to sweep; 0 = default
+    std::string preset = "seed";                      // model and training settings
+    int warmup = 2;
+    int repeats = 5;
+    bool epoch = true;           // time a whole epoch over the corpus (at the preset's batch size)
+    int replyLength = 20;        // decoder steps per reply (no early stop, for comparable work)
+    int raceEpochs = 0;          // > 0: also train on each device for this many epochs, recording loss vs time
+    uint64_t seed = 42;
+};
+
+struct BenchRow {
+    std::string device;          // "cpu", "cuda:0"
+    std::string precision;
+    int threads = 0;             // CPU intra-op threads used
+    int batch = 0;
+    std::string unit;            // "train_step", "epoch", "reply_latency", "reply_throughput"
+    Timing time;
+    double tokensPerSecond = 0;
+    double gflops = 0;           // achieved, from the formula above (0 for epoch)
+    double gemmFraction = 0;     // gflops / GEMM ceiling of the same device and precision
+    int64_t peakMemoryBytes = 0; // CPU: the process's peak RSS during the unit (libraries included); CUDA: allocator peak
+    double energyJoules = -1;    // -1 = not available
+    std::string energySource;    // "rapl", "nvml" or "not available"
+};
+
+struct GemmCeiling {
+    std::string device;
+    std::string precision;
+    int threads = 0;             // CPU intra-op threads (0 on CUDA)
+    int n = 0;                   // square matrix size
+    double gflops = 0;
+};
+
+struct RacePoint {
+    double seconds = 0;
+    double loss = 0;             // training loss (epoch mean)
+    double validationLoss = 0;
+};
+struct RaceCurve {
+    std::string device;
+    std::string precision;
+    int threads = 0;
+    std::vector<RacePoint> points;
+};
+
+struct MachineInfo {
+    std::string cpuModel;
+    std::vector<std::string> cpuFlags; // the SIMD and matrix extensions that matter here
+    int cores = 0;
+    int64_t memoryBytes = 0;
+    std::string gpuName;               // first CUDA device, empty without one
+    std::string gpuDriver;
+    std::string torch, cuda, cudnn, onednn;
+};
+
+struct BenchReport {
+    static constexpr int kSchemaVersion = 1;
+    int schemaVersion = kSchemaVersion;
+    std::string created;   // ISO 8601, UTC
+    std::string label;     // a short name for charts (machine / GPU)
+    MachineInfo machine;
+    ModelConfig model;
+    std::string preset;
+    std::string corpus;
+    int64_t corpusPairs = 0;
+    std::vector<GemmCeiling> gemm;
+    std::vector<BenchRow> rows;
+    std::vector<RaceCurve> races;
+    std::vector<std::string> notes; // skipped combinations and why
+};
+
+struct BenchCallbacks {
+    std::function<void(const std::string& what, int done, int total)> onProgress;
+    std::function<void(const BenchRow&)> onRow;
+    std::function<void(const RaceCurve&)> onRace;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+MachineInfo machineInfo();
+// Throws Error for an empty corpus or a malformed device name; unsupported device/precision
+// pairs are skipped with a note.
+BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCallbacks& cb = {});
+
+std::string toJson(const BenchReport& report);
+// Throws Error(file, line) for malformed JSON, another schema or a newer version.
+BenchReport benchReportFromJson(const std::string& json, const std::string& file);
+
+} // namespace chatbench
