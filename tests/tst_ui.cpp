@@ -67,6 +67,7 @@ private Q_SLOTS:
     void plotDownsamplesAndKeepsNewestPoint();
     void compareShowsImportedReports();
     void compareRunsBenchmarkHere();
+    void compareCancelStopsBenchmark();
     void settingsPersist();
 
 private:
@@ -409,6 +410,28 @@ void TestUi::compareRunsBenchmarkHere()
     QFile f(out);
     QVERIFY(f.open(QIODevice::ReadOnly));
     QCOMPARE(benchReportFromJson(f.readAll().toStdString(), "local.json").rows.size(), local.report.rows.size());
+}
+
+void TestUi::compareCancelStopsBenchmark()
+{
+    auto* compare = m_window->compareView();
+    auto* engine = m_window->engine();
+    compare->setBatchSizes("1,2,4,8,16,32,64");
+    compare->setRepeats(5);
+    compare->setRaceEpochs(0);
+    const int before = compare->sources().size();
+    QSignalSpy rows(engine, &EngineController::benchRow);
+    QSignalSpy finished(engine, &EngineController::benchFinished);
+    compare->runButton()->click();
+    QVERIFY(rows.wait(60000));
+    QVERIFY(compare->cancelButton()->isEnabled());
+    compare->cancelButton()->click();
+    QVERIFY(finished.wait(30000));
+    QCOMPARE(compare->sources().size(), before + 1);
+    const auto& partial = compare->sources().back().report;
+    QVERIFY(partial.rows.size() < 7 + 7 + 1);
+    QVERIFY(!partial.notes.empty() && QString::fromStdString(partial.notes.back()).contains("cancelled"));
+    QVERIFY(compare->runButton()->isEnabled());
 }
 
 void TestUi::settingsPersist()

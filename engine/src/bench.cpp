@@ -5,6 +5,7 @@
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
 #include "model.h"
+#include "jsondoc.h"
 #include "text.h"
 #include "torchutil.h"
 
@@ -629,14 +630,7 @@ std::string toJson(const BenchReport& r)
 
 BenchReport benchReportFromJson(const std::string& text, const std::string& file)
 {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw Error(file, text::lineOfOffset(text, e.byte), std::string("JSON: ") + e.what());
-    }
-    if (!j.is_object() || j.value("format", "") != "chatbench-bench")
-        throw Error(file, 1, "not a chatbench benchmark report");
+    const nlohmann::json j = parseDocument(text, file, "chatbench-bench", "not a chatbench benchmark report");
     BenchReport r;
     try {
         r.schemaVersion = j.at("schema_version").get<int>();

@@ -2,6 +2,7 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "jsondoc.h"
 #include "text.h"
 
 #include <nlohmann/json.hpp>
@@ -100,14 +101,7 @@ RunState loadState(const std::string& runDir)
     if (!fs::exists(path))
         throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
     const std::string bytes = text::readFile(path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(bytes);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw Error(path, text::lineOfOffset(bytes, e.byte), std::string("JSON: ") + e.what());
-    }
-    if (!j.is_object() || j.value("format", "") != "chatbench-state")
-        throw Error(path, 1, "not a chatbench state.json");
+    const nlohmann::json j = parseDocument(bytes, path, "chatbench-state", "not a chatbench state.json");
     RunState s;
     try {
         s.checkpoint = j.at("checkpoint").get<std::string>();

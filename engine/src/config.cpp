@@ -1,6 +1,7 @@
 #include "chatbench/config.h"
 
 #include "chatbench/error.h"
+#include "jsondoc.h"
 #include "text.h"
 
 #include <nlohmann/json.hpp>
@@ -132,14 +133,7 @@ std::string toJson(const TrainConfig& c)
 
 TrainConfig trainConfigFromJson(const std::string& text, const std::string& file)
 {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw Error(file, text::lineOfOffset(text, e.byte), std::string("JSON: ") + e.what());
-    }
-    if (!j.is_object() || j.value("format", "") != "chatbench-config")
-        throw Error(file, 1, "not a chatbench config.json");
+    const nlohmann::json j = parseDocument(text, file, "chatbench-config", "not a chatbench config.json");
     TrainConfig c;
     try {
         c.preset = j.value("preset", "custom");

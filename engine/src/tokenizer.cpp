@@ -2,6 +2,7 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "jsondoc.h"
 #include "text.h"
 
 #include <nlohmann/json.hpp>
@@ -166,14 +167,7 @@ void Tokenizer::save(const std::string& path) const
 Tokenizer Tokenizer::load(const std::string& path)
 {
     const std::string bytes = text::readFile(path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(bytes);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw Error(path, text::lineOfOffset(bytes, e.byte), std::string("JSON: ") + e.what());
-    }
-    if (!j.is_object() || j.value("format", "") != "chatbench-vocab")
-        throw Error(path, 1, "not a chatbench vocabulary file");
+    const nlohmann::json j = parseDocument(bytes, path, "chatbench-vocab", "not a chatbench vocabulary file");
     Tokenizer tok;
     try {
         const std::string mode = j.at("mode").get<std::string>();

@@ -1,0 +1,22 @@
+#include "jsondoc.h"
+
+#include "chatbench/error.h"
+#include "text.h"
+
+namespace chatbench {
+
+nlohmann::json parseDocument(const std::string& text, const std::string& file, const std::string& format,
+    const std::string& notThis)
+{
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw Error(file, text::lineOfOffset(text, e.byte), std::string("JSON: ") + e.what());
+    }
+    if (!j.is_object() || j.value("format", "") != format)
+        throw Error(file, 1, notThis);
+    return j;
+}
+
+} // namespace chatbench
