@@ -16,8 +16,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -29,7 +29,7 @@ using namespace chatbench;
 
 namespace {
 
-std::atomic<bool> g_cancel{false};
+std::atomic<bool> g_cancel { false };
 
 void onSignal(int)
 {
@@ -131,8 +131,8 @@ int corpusStats(const CorpusArgs& a)
         j["vocabulary"] = tok.size();
         j["min_frequency"] = a.minFrequency;
         j["validation_oov_rate"] = oov;
-        j["prompt_words"] = {{"mean", sumPrompt / n}, {"max", maxPrompt}};
-        j["response_words"] = {{"mean", sumResponse / n}, {"max", maxResponse}};
+        j["prompt_words"] = { { "mean", sumPrompt / n }, { "max", maxPrompt } };
+        j["response_words"] = { { "mean", sumResponse / n }, { "max", maxResponse } };
         j["warnings"] = c.warnings;
         std::cout << j.dump(2) << "\n";
         return 0;
@@ -153,7 +153,8 @@ int corpusStats(const CorpusArgs& a)
 int corpusValidate(const CorpusArgs& a)
 {
     const Corpus c = loadWith(a.path, a.format, a.latin1);
-    std::cout << "ok: " << c.pairs.size() << " pairs in " << c.files.size() << " file(s), format " << formatName(c.format) << "\n";
+    std::cout << "ok: " << c.pairs.size() << " pairs in " << c.files.size() << " file(s), format "
+              << formatName(c.format) << "\n";
     for (const auto& w : c.warnings)
         std::cout << "warning: " << w << "\n";
     return 0;
@@ -180,33 +181,60 @@ struct TrainArgs {
 TrainConfig configFrom(const TrainArgs& a)
 {
     TrainConfig c = preset(a.preset);
-    if (a.epochs) c.epochs = *a.epochs;
-    if (a.batchSize) c.batchSize = *a.batchSize;
-    if (a.hidden) c.model.hidden = *a.hidden;
-    if (a.embed) c.model.embedDim = *a.embed;
-    if (a.layers) c.model.layers = *a.layers;
-    if (a.maxSource) c.model.maxSourceLength = *a.maxSource;
-    if (a.maxTarget) c.model.maxTargetLength = *a.maxTarget;
-    if (a.patience) c.patience = *a.patience;
-    if (a.threads) c.threads = *a.threads;
-    if (a.minFreq) c.tokenizer.minFrequency = *a.minFreq;
-    if (a.maxVocab) c.tokenizer.maxSize = *a.maxVocab;
-    if (a.checkpointEvery) c.checkpointEverySteps = *a.checkpointEvery;
-    if (a.lr) c.learningRate = *a.lr;
-    if (a.dropout) c.model.dropout = *a.dropout;
-    if (a.teacherForcing) c.teacherForcing = *a.teacherForcing;
-    if (a.clip) c.clipNorm = *a.clip;
-    if (a.valFraction) c.validationFraction = *a.valFraction;
-    if (a.seed) c.seed = *a.seed;
-    if (a.optimizer) c.optimizer = *parseOptimizer(*a.optimizer);
-    if (a.device) c.device = *a.device;
-    if (a.precision) c.precision = *parsePrecision(*a.precision);
-    if (a.tokenizer) c.tokenizer.mode = *a.tokenizer == "punct" ? TokenizerMode::Punctuation : TokenizerMode::Keras;
-    if (a.attention) c.model.attention = true;
-    if (a.noAttention) c.model.attention = false;
-    if (a.sharedEmbedding) c.model.sharedEmbedding = true;
-    if (a.nondeterministic) c.deterministic = false;
-    if (a.noBucketing) c.bucketing = false;
+    if (a.epochs)
+        c.epochs = *a.epochs;
+    if (a.batchSize)
+        c.batchSize = *a.batchSize;
+    if (a.hidden)
+        c.model.hidden = *a.hidden;
+    if (a.embed)
+        c.model.embedDim = *a.embed;
+    if (a.layers)
+        c.model.layers = *a.layers;
+    if (a.maxSource)
+        c.model.maxSourceLength = *a.maxSource;
+    if (a.maxTarget)
+        c.model.maxTargetLength = *a.maxTarget;
+    if (a.patience)
+        c.patience = *a.patience;
+    if (a.threads)
+        c.threads = *a.threads;
+    if (a.minFreq)
+        c.tokenizer.minFrequency = *a.minFreq;
+    if (a.maxVocab)
+        c.tokenizer.maxSize = *a.maxVocab;
+    if (a.checkpointEvery)
+        c.checkpointEverySteps = *a.checkpointEvery;
+    if (a.lr)
+        c.learningRate = *a.lr;
+    if (a.dropout)
+        c.model.dropout = *a.dropout;
+    if (a.teacherForcing)
+        c.teacherForcing = *a.teacherForcing;
+    if (a.clip)
+        c.clipNorm = *a.clip;
+    if (a.valFraction)
+        c.validationFraction = *a.valFraction;
+    if (a.seed)
+        c.seed = *a.seed;
+    if (a.optimizer)
+        c.optimizer = *parseOptimizer(*a.optimizer);
+    if (a.device)
+        c.device = *a.device;
+    if (a.precision)
+        c.precision = *parsePrecision(*a.precision);
+    if (a.tokenizer)
+        c.tokenizer.mode = *a.tokenizer == "punct" ? TokenizerMode::Punctuation : TokenizerMode::Keras;
+    if (a.attention)
+        c.model.attention = true;
+    if (a.noAttention)
+        c.model.attention = false;
+    if (a.sharedEmbedding)
+        c.model.sharedEmbedding = true;
+    if (a.nondeterministic)
+        c.deterministic = false;
+    if (a.noBucketing)
+        c.bucketing = false;
     c.corpus = a.corpus;
     c.corpusFormat = *parseFormat(a.format);
     c.latin1 = a.latin1;
@@ -233,8 +261,9 @@ int trainCommand(const TrainArgs& a)
             std::cout << "\r\033[K";
         if (a.quiet)
             return;
-        std::cout << "epoch " << std::setw(3) << m.epoch + 1 << "  train loss " << fixed(m.trainLoss, 4) << "  val loss "
-                  << (std::isfinite(m.validationLoss) ? fixed(m.validationLoss, 4) : "-") << "  val acc "
+        std::cout << "epoch " << std::setw(3) << m.epoch + 1 << "  train loss " << fixed(m.trainLoss, 4)
+                  << "  val loss " << (std::isfinite(m.validationLoss) ? fixed(m.validationLoss, 4) : "-")
+                  << "  val acc "
                   << (std::isfinite(m.validationAccuracy) ? fixed(100 * m.validationAccuracy, 1) + "%" : "-") << "  "
                   << fixed(m.seconds, 2) << " s  " << fixed(m.tokensPerSecond, 0) << " tok/s" << std::endl;
     };
@@ -260,7 +289,9 @@ int trainCommand(const TrainArgs& a)
     }
     if (tty && !a.quiet)
         std::cout << "\r\033[K";
-    const char* status = r.status == TrainStatus::Cancelled ? "stopped" : r.status == TrainStatus::EarlyStopped ? "stopped early" : "finished";
+    const char* status = r.status == TrainStatus::Cancelled ? "stopped"
+        : r.status == TrainStatus::EarlyStopped             ? "stopped early"
+                                                            : "finished";
     std::cout << status << " after " << r.epochsDone << " epoch(s), " << r.steps << " steps in " << fixed(r.seconds, 1)
               << " s on " << r.device << " " << precisionName(r.precision);
     if (std::isfinite(r.finalTrainLoss))
@@ -293,14 +324,17 @@ struct ChatArgs {
 DecodeOptions decodeOptions(const ChatArgs& a)
 {
     DecodeOptions o;
-    o.method = a.method == "beam" ? DecodeMethod::Beam : a.method == "sample" ? DecodeMethod::Sample : DecodeMethod::Greedy;
+    o.method = a.method == "beam" ? DecodeMethod::Beam
+        : a.method == "sample"    ? DecodeMethod::Sample
+                                  : DecodeMethod::Greedy;
     o.beamWidth = a.beam;
     o.temperature = a.temperature;
     o.topK = a.topK;
     o.seed = a.seed;
     o.maxLength = a.maxLength;
     o.handoff = a.handoff == "zero-init" ? HandoffMode::ZeroInit
-        : a.handoff == "reset-each-step" ? HandoffMode::ResetEachStep : HandoffMode::Correct;
+        : a.handoff == "reset-each-step" ? HandoffMode::ResetEachStep
+                                         : HandoffMode::Correct;
     return o;
 }
 
@@ -363,10 +397,10 @@ int doctorCommand(bool json)
     if (!dir)
         throw Error("cannot create a temporary folder for the doctor's tiny model");
     Corpus tiny;
-    const std::vector<std::pair<std::string, std::string>> lines = {{"hello", "hi there"}, {"how are you", "i am fine"},
-        {"what is your name", "i am chatbench"}, {"bye", "see you later"}};
+    const std::vector<std::pair<std::string, std::string>> lines = { { "hello", "hi there" },
+        { "how are you", "i am fine" }, { "what is your name", "i am chatbench" }, { "bye", "see you later" } };
     for (const auto& [p, r] : lines)
-        tiny.pairs.push_back({p, r, "doctor", 0});
+        tiny.pairs.push_back({ p, r, "doctor", 0 });
     TrainConfig cfg = preset("quick");
     cfg.model.embedDim = 16;
     cfg.model.hidden = 24;
@@ -414,7 +448,8 @@ int doctorCommand(bool json)
     fs::remove_all(dir, ec);
     const auto& g = rGood.trace.checks;
     const auto& b = rBroken.trace.checks;
-    const bool healthy = g.handoffEqual && g.stateCarried && g.teacherForcedEqual && !b.handoffEqual && !b.teacherForcedEqual;
+    const bool healthy
+        = g.handoffEqual && g.stateCarried && g.teacherForcedEqual && !b.handoffEqual && !b.teacherForcedEqual;
 
     if (json) {
         nlohmann::ordered_json j;
@@ -431,45 +466,51 @@ int doctorCommand(bool json)
         for (const auto& d : devices) {
             nlohmann::ordered_json pj;
             for (const auto& p : d.precisions)
-                pj[precisionName(p.precision)] = p.supported ? nlohmann::ordered_json("ok") : nlohmann::ordered_json(p.reason);
-            dj.push_back({{"id", d.id}, {"name", d.name}, {"memory_bytes", d.memoryBytes}, {"precisions", pj}});
+                pj[precisionName(p.precision)]
+                    = p.supported ? nlohmann::ordered_json("ok") : nlohmann::ordered_json(p.reason);
+            dj.push_back(
+                { { "id", d.id }, { "name", d.name }, { "memory_bytes", d.memoryBytes }, { "precisions", pj } });
         }
-        j["handoff"] = {{"train_loss", tr.finalTrainLoss}, {"reply", rGood.text},
-            {"checks", nlohmann::ordered_json::parse(toJson(rGood))["trace"]["checks"]},
-            {"zero_init_checks", nlohmann::ordered_json::parse(toJson(rBroken))["trace"]["checks"]}, {"healthy", healthy}};
-        j["cpu_cuda_parity"] = parity.ran
-            ? nlohmann::ordered_json{{"max_logit_diff", parity.maxLogitDiff}, {"replies_agree", parity.repliesAgree},
-                  {"cpu_reply", rGood.text}, {"cuda_reply", parity.cudaReply}}
-            : nlohmann::ordered_json{{"skipped", parity.why}};
+        j["handoff"] = { { "train_loss", tr.finalTrainLoss }, { "reply", rGood.text },
+            { "checks", nlohmann::ordered_json::parse(toJson(rGood))["trace"]["checks"] },
+            { "zero_init_checks", nlohmann::ordered_json::parse(toJson(rBroken))["trace"]["checks"] },
+            { "healthy", healthy } };
+        j["cpu_cuda_parity"] = parity.ran ? nlohmann::ordered_json { { "max_logit_diff", parity.maxLogitDiff },
+            { "replies_agree", parity.repliesAgree }, { "cpu_reply", rGood.text }, { "cuda_reply", parity.cudaReply } }
+                                          : nlohmann::ordered_json { { "skipped", parity.why } };
         std::cout << j.dump(2) << "\n";
         return healthy ? 0 : 1;
     }
     std::cout << "torch        " << env.torchVersion << "\n"
               << "CUDA         " << (env.cudaBuilt ? "built in (libtorch_cuda linked)" : "not built in") << ", "
-              << (env.cudaAvailable ? std::to_string(env.cudaDeviceCount) + " device(s) available" : "no device available")
+              << (env.cudaAvailable ? std::to_string(env.cudaDeviceCount) + " device(s) available"
+                                    : "no device available")
               << "\n"
               << "CUDA runtime " << (env.cudaVersion.empty() ? "unknown" : env.cudaVersion) << "\n"
               << "cuDNN        " << (env.cudnnVersion.empty() ? "unknown" : env.cudnnVersion) << "\n"
               << "oneDNN       " << (env.onednnVersion.empty() ? "unknown" : env.onednnVersion) << "\n"
               << "threads      " << env.threads << " intra-op, " << env.interopThreads << " inter-op\n";
     for (const auto& d : devices) {
-        std::cout << "device       " << d.id << "  " << d.name << "  " << fixed(static_cast<double>(d.memoryBytes) / (1 << 30), 1) << " GiB\n";
+        std::cout << "device       " << d.id << "  " << d.name << "  "
+                  << fixed(static_cast<double>(d.memoryBytes) / (1 << 30), 1) << " GiB\n";
         for (const auto& p : d.precisions)
-            std::cout << "             " << precisionName(p.precision) << ": " << (p.supported ? "ok" : "no — " + p.reason) << "\n";
+            std::cout << "             " << precisionName(p.precision) << ": "
+                      << (p.supported ? "ok" : "no — " + p.reason) << "\n";
     }
-    std::cout << "handoff      tiny model (" << tr.steps << " steps, loss " << fixed(tr.finalTrainLoss, 3) << ") replies '"
-              << rGood.text << "'\n"
+    std::cout << "handoff      tiny model (" << tr.steps << " steps, loss " << fixed(tr.finalTrainLoss, 3)
+              << ") replies '" << rGood.text << "'\n"
               << "  correct    " << checkLine(g) << "\n"
               << "  zero-init  " << checkLine(b) << "\n"
-              << "parity       " << (parity.ran ? "cpu vs cuda:0 max |Δlogit| " + std::to_string(parity.maxLogitDiff) + ", greedy replies "
-                                                   + (parity.repliesAgree ? "agree" : "differ ('" + rGood.text + "' vs '" + parity.cudaReply + "')")
-                                             : "skipped: " + parity.why)
+              << "parity       "
+              << (parity.ran ? "cpu vs cuda:0 max |Δlogit| " + std::to_string(parity.maxLogitDiff) + ", greedy replies "
+                             + (parity.repliesAgree ? "agree"
+                                                    : "differ ('" + rGood.text + "' vs '" + parity.cudaReply + "')")
+                             : "skipped: " + parity.why)
               << "\n"
               << (healthy ? "healthy: the checks pass with the handoff and catch the zero-state bug\n"
                           : "PROBLEM: the handoff checks did not behave as expected\n");
     return healthy ? 0 : 1;
 }
-
 
 // ---- bench --------------------------------------------------------------------------------
 
@@ -512,9 +553,11 @@ int benchCommand(BenchArgs a)
               << ", H=" << r.model.hidden << ", layers " << r.model.layers << ", V=" << r.model.vocabSize << ") · "
               << r.corpusPairs << " pairs\n\n";
     std::cout << std::left << std::setw(8) << "device" << std::setw(6) << "prec" << std::right << std::setw(4) << "thr"
-              << std::setw(7) << "batch" << "  " << std::left << std::setw(17) << "unit" << std::right << std::setw(11)
-              << "median ms" << std::setw(20) << "p10–p90 ms" << std::setw(12) << "tokens/s" << std::setw(10) << "GFLOP/s"
-              << std::setw(8) << "%GEMM" << std::setw(10) << "peak MiB" << std::setw(10) << "energy J" << "\n";
+              << std::setw(7) << "batch"
+              << "  " << std::left << std::setw(17) << "unit" << std::right << std::setw(11) << "median ms"
+              << std::setw(20) << "p10–p90 ms" << std::setw(12) << "tokens/s" << std::setw(10) << "GFLOP/s"
+              << std::setw(8) << "%GEMM" << std::setw(10) << "peak MiB" << std::setw(10) << "energy J"
+              << "\n";
     for (const auto& x : r.rows) {
         std::cout << std::left << std::setw(8) << x.device << std::setw(6) << x.precision << std::right << std::setw(4)
                   << x.threads << std::setw(7) << x.batch << "  " << std::left << std::setw(17) << x.unit << std::right
@@ -527,14 +570,17 @@ int benchCommand(BenchArgs a)
     }
     std::cout << "\nGEMM ceiling (same run):";
     for (const auto& g : r.gemm)
-        std::cout << "\n  " << g.device << " " << g.precision << (g.threads > 0 ? " " + std::to_string(g.threads) + " thr" : std::string())
-                  << "  " << g.n << "³ matmul: " << fixed(g.gflops, 1) << " GFLOP/s";
-    std::cout << "\nGFLOP/s = model FLOPs / median time: per LSTM layer and step 2·4H·(I+H)·B, projection 2·H·V·B per decoder step,\n"
+        std::cout << "\n  " << g.device << " " << g.precision
+                  << (g.threads > 0 ? " " + std::to_string(g.threads) + " thr" : std::string()) << "  " << g.n
+                  << "³ matmul: " << fixed(g.gflops, 1) << " GFLOP/s";
+    std::cout << "\nGFLOP/s = model FLOPs / median time: per LSTM layer and step 2·4H·(I+H)·B, projection 2·H·V·B per "
+                 "decoder step,\n"
                  "training 3× forward; %GEMM = that / the matmul ceiling of the same device, precision and threads.\n";
     for (const auto& c : r.races)
         if (!c.points.empty())
             std::cout << "race " << c.device << " " << c.precision << ": " << c.points.size() << " epochs in "
-                      << fixed(c.points.back().seconds, 2) << " s, final loss " << fixed(c.points.back().loss, 4) << "\n";
+                      << fixed(c.points.back().seconds, 2) << " s, final loss " << fixed(c.points.back().loss, 4)
+                      << "\n";
     for (const auto& n : r.notes)
         std::cout << "note: " << n << "\n";
     std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource) << "; times are medians of "
@@ -548,22 +594,22 @@ int benchCommand(BenchArgs a)
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"chatbench-cli — train LSTM seq2seq chatbots and see the encoder→decoder state handoff"};
+    CLI::App app { "chatbench-cli — train LSTM seq2seq chatbots and see the encoder→decoder state handoff" };
     app.require_subcommand(1);
     app.set_version_flag("--version", "chatbench 0.1.0");
 
     CorpusArgs ca;
     auto* corpus = app.add_subcommand("corpus", "Inspect a corpus");
     corpus->require_subcommand(1);
-    for (auto* sub : {corpus->add_subcommand("stats", "Pairs, vocabulary, OOV rate and lengths"),
-             corpus->add_subcommand("validate", "Load every record; report the first problem as file:line")}) {
+    for (auto* sub : { corpus->add_subcommand("stats", "Pairs, vocabulary, OOV rate and lengths"),
+             corpus->add_subcommand("validate", "Load every record; report the first problem as file:line") }) {
         sub->add_option("path", ca.path, "Corpus file or folder")->required();
         sub->add_option("--format", ca.format, "auto, yaml, tsv, jsonl, cornell, dialog")
-            ->check(CLI::IsMember({"auto", "yaml", "tsv", "jsonl", "cornell", "dialog"}));
+            ->check(CLI::IsMember({ "auto", "yaml", "tsv", "jsonl", "cornell", "dialog" }));
         sub->add_flag("--latin1", ca.latin1, "Decode as Latin-1 instead of UTF-8");
         if (sub->get_name() == "stats") {
             sub->add_option("--min-freq", ca.minFrequency, "Minimum word frequency")->check(CLI::Range(1, 1000000));
-            sub->add_option("--tokenizer", ca.mode, "keras or punct")->check(CLI::IsMember({"keras", "punct"}));
+            sub->add_option("--tokenizer", ca.mode, "keras or punct")->check(CLI::IsMember({ "keras", "punct" }));
             sub->add_flag("--json", ca.json, "Print JSON");
         }
     }
@@ -571,16 +617,19 @@ int main(int argc, char** argv)
     TrainArgs ta;
     auto* trainCmd = app.add_subcommand("train", "Train a chatbot into a run folder (Ctrl-C stops and checkpoints)");
     trainCmd->add_option("--corpus", ta.corpus, "Corpus file or folder (default: the bundled corpus)");
-    trainCmd->add_option("--format", ta.format, "Corpus format")->check(CLI::IsMember({"auto", "yaml", "tsv", "jsonl", "cornell", "dialog"}));
+    trainCmd->add_option("--format", ta.format, "Corpus format")
+        ->check(CLI::IsMember({ "auto", "yaml", "tsv", "jsonl", "cornell", "dialog" }));
     trainCmd->add_flag("--latin1", ta.latin1, "Decode the corpus as Latin-1");
-    trainCmd->add_option("--preset", ta.preset, "seed (the Keras recipe), quick, large")->check(CLI::IsMember(presetNames()));
+    trainCmd->add_option("--preset", ta.preset, "seed (the Keras recipe), quick, large")
+        ->check(CLI::IsMember(presetNames()));
     trainCmd->add_option("--run", ta.run, "Run folder")->capture_default_str();
     trainCmd->add_flag("--resume", ta.resume, "Continue the run in --run from its last checkpoint");
     trainCmd->add_flag("--quiet", ta.quiet, "Only the summary");
     trainCmd->add_option("--epochs", ta.epochs, "Epochs (with --resume: the new total)")->check(CLI::Range(1, 100000));
     trainCmd->add_option("--batch-size", ta.batchSize, "Pairs per batch")->check(CLI::Range(1, 65536));
     trainCmd->add_option("--lr", ta.lr, "Learning rate");
-    trainCmd->add_option("--optimizer", ta.optimizer, "adam, rmsprop, sgd")->check(CLI::IsMember({"adam", "rmsprop", "sgd"}));
+    trainCmd->add_option("--optimizer", ta.optimizer, "adam, rmsprop, sgd")
+        ->check(CLI::IsMember({ "adam", "rmsprop", "sgd" }));
     trainCmd->add_option("--embed", ta.embed, "Embedding width");
     trainCmd->add_option("--hidden", ta.hidden, "LSTM units");
     trainCmd->add_option("--layers", ta.layers, "LSTM layers");
@@ -599,11 +648,12 @@ int main(int argc, char** argv)
     trainCmd->add_flag("--no-bucketing", ta.noBucketing, "Plain shuffled batches");
     trainCmd->add_option("--checkpoint-every", ta.checkpointEvery, "Also checkpoint every N steps");
     trainCmd->add_option("--device", ta.device, "cpu, cuda, cuda:N");
-    trainCmd->add_option("--precision", ta.precision, "fp32, bf16, fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    trainCmd->add_option("--precision", ta.precision, "fp32, bf16, fp16")
+        ->check(CLI::IsMember({ "fp32", "bf16", "fp16" }));
     trainCmd->add_option("--threads", ta.threads, "CPU threads (0 = default)");
     trainCmd->add_option("--min-freq", ta.minFreq, "Minimum word frequency");
     trainCmd->add_option("--max-vocab", ta.maxVocab, "Vocabulary size limit (0 = none)");
-    trainCmd->add_option("--tokenizer", ta.tokenizer, "keras or punct")->check(CLI::IsMember({"keras", "punct"}));
+    trainCmd->add_option("--tokenizer", ta.tokenizer, "keras or punct")->check(CLI::IsMember({ "keras", "punct" }));
 
     ChatArgs ch;
     auto* chat = app.add_subcommand("chat", "Chat with a trained run (interactive, or --once)");
@@ -611,31 +661,51 @@ int main(int argc, char** argv)
     chat->add_option("--once", ch.once, "Reply to this text and exit");
     chat->add_flag("--json", ch.json, "Print the reply with its whole state trace as JSON");
     chat->add_flag("--checks", ch.checks, "Print the handoff checks after each reply");
-    chat->add_option("--method", ch.method, "greedy, beam, sample")->check(CLI::IsMember({"greedy", "beam", "sample"}));
+    chat->add_option("--method", ch.method, "greedy, beam, sample")
+        ->check(CLI::IsMember({ "greedy", "beam", "sample" }));
     chat->add_option("--beam", ch.beam, "Beam width")->check(CLI::Range(1, 64));
     chat->add_option("--temperature", ch.temperature, "Sampling temperature")->check(CLI::Range(0.01, 100.0));
-    chat->add_option("--top-k", ch.topK, "Sample among the k most likely tokens (0 = all)")->check(CLI::Range(0, 1000000));
+    chat->add_option("--top-k", ch.topK, "Sample among the k most likely tokens (0 = all)")
+        ->check(CLI::Range(0, 1000000));
     chat->add_option("--seed", ch.seed, "Sampling seed");
     chat->add_option("--max-length", ch.maxLength, "Reply words at most (0 = model limit)")->check(CLI::Range(0, 4096));
     chat->add_option("--handoff", ch.handoff, "correct, zero-init (the bug), reset-each-step")
-        ->check(CLI::IsMember({"correct", "zero-init", "reset-each-step"}));
+        ->check(CLI::IsMember({ "correct", "zero-init", "reset-each-step" }));
     chat->add_option("--device", ch.device, "cpu, cuda, cuda:N");
 
     BenchArgs ba;
-    auto* bench = app.add_subcommand("bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
+    auto* bench = app.add_subcommand(
+        "bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
     bench->add_option("--corpus", ba.corpus, "Corpus (default: the bundled corpus)");
-    bench->add_option("--format", ba.format, "Corpus format")->check(CLI::IsMember({"auto", "yaml", "tsv", "jsonl", "cornell", "dialog"}));
-    bench->add_option("--preset", ba.cfg.preset, "Model preset: seed, quick, large")->check(CLI::IsMember(presetNames()))->capture_default_str();
+    bench->add_option("--format", ba.format, "Corpus format")
+        ->check(CLI::IsMember({ "auto", "yaml", "tsv", "jsonl", "cornell", "dialog" }));
+    bench->add_option("--preset", ba.cfg.preset, "Model preset: seed, quick, large")
+        ->check(CLI::IsMember(presetNames()))
+        ->capture_default_str();
     bench->add_option("--device", ba.cfg.devices, "Devices, e.g. cpu,cuda:0")->delimiter(',')->capture_default_str();
-    bench->add_option("--precision", ba.cfg.precisions, "fp32,bf16,fp16,tf32")->delimiter(',')
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "tf32"}))->capture_default_str();
-    bench->add_option("--batch", ba.cfg.batchSizes, "Batch sizes, e.g. 1,16,64")->delimiter(',')->check(CLI::Range(1, 65536))->capture_default_str();
-    bench->add_option("--threads", ba.cfg.threads, "CPU thread counts to sweep, e.g. 1,2 (0 = default)")->delimiter(',')
-        ->check(CLI::Range(0, 1024))->capture_default_str();
-    bench->add_option("--repeats", ba.cfg.repeats, "Timed repetitions per unit")->check(CLI::Range(1, 1000))->capture_default_str();
-    bench->add_option("--warmup", ba.cfg.warmup, "Untimed warm-up runs per unit")->check(CLI::Range(0, 100))->capture_default_str();
-    bench->add_option("--reply-length", ba.cfg.replyLength, "Decoder steps per reply")->check(CLI::Range(1, 4096))->capture_default_str();
-    bench->add_option("--race-epochs", ba.cfg.raceEpochs, "Also train N epochs per device, recording loss vs time")->check(CLI::Range(0, 100000));
+    bench->add_option("--precision", ba.cfg.precisions, "fp32,bf16,fp16,tf32")
+        ->delimiter(',')
+        ->check(CLI::IsMember({ "fp32", "bf16", "fp16", "tf32" }))
+        ->capture_default_str();
+    bench->add_option("--batch", ba.cfg.batchSizes, "Batch sizes, e.g. 1,16,64")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 65536))
+        ->capture_default_str();
+    bench->add_option("--threads", ba.cfg.threads, "CPU thread counts to sweep, e.g. 1,2 (0 = default)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+    bench->add_option("--repeats", ba.cfg.repeats, "Timed repetitions per unit")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    bench->add_option("--warmup", ba.cfg.warmup, "Untimed warm-up runs per unit")
+        ->check(CLI::Range(0, 100))
+        ->capture_default_str();
+    bench->add_option("--reply-length", ba.cfg.replyLength, "Decoder steps per reply")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    bench->add_option("--race-epochs", ba.cfg.raceEpochs, "Also train N epochs per device, recording loss vs time")
+        ->check(CLI::Range(0, 100000));
     bench->add_flag("--no-epoch", ba.noEpoch, "Skip the whole-epoch timing");
     bench->add_option("--out", ba.out, "Report file (JSON); empty: none")->capture_default_str();
     bench->add_flag("--json", ba.json, "Print the report instead of the table");

@@ -29,14 +29,15 @@ int main(int argc, char** argv)
     QCommandLineOption corpusOpt("corpus", "Corpus to open (default: the last one, or the bundled corpus).", "path");
     QCommandLineOption runsOpt("runs", "Folder for training runs.", "dir");
     QCommandLineOption shotOpt("screenshot", "Run the screenshot tour and save PNGs into DIR.", "dir");
-    parser.addOptions({corpusOpt, runsOpt, shotOpt});
+    parser.addOptions({ corpusOpt, runsOpt, shotOpt });
     parser.process(app);
 
     QString corpus = parser.value(corpusOpt);
     if (corpus.isEmpty())
         corpus = qEnvironmentVariable("CHATBENCH_CORPUS");
     if (corpus.isEmpty())
-        corpus = QFileInfo::exists("datasets/chatbench") ? QDir("datasets/chatbench").absolutePath() : CHATBENCH_DATASETS_DIR "/chatbench";
+        corpus = QFileInfo::exists("datasets/chatbench") ? QDir("datasets/chatbench").absolutePath()
+                                                         : CHATBENCH_DATASETS_DIR "/chatbench";
 
     // The tour starts from clean settings and a scratch runs folder, whatever the user has.
     std::unique_ptr<QTemporaryDir> scratch;
@@ -61,7 +62,7 @@ int main(int argc, char** argv)
 
     QStringList reports;
     const QDir examples(CHATBENCH_SOURCE_DIR "/bench/reports");
-    for (const QString& f : examples.entryList({"*.json"}, QDir::Files, QDir::Name))
+    for (const QString& f : examples.entryList({ "*.json" }, QDir::Files, QDir::Name))
         reports << examples.filePath(f);
     ScreenshotTour shots(&window, parser.value(shotOpt), reports);
     int code = 0;

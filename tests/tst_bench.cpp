@@ -43,14 +43,14 @@ void TestBench::flopsMatchHandCount()
 
 void TestBench::summaryStatistics()
 {
-    const Timing t = summarise({5, 1, 4, 2, 3});
+    const Timing t = summarise({ 5, 1, 4, 2, 3 });
     QCOMPARE(t.median, 3.0);
     QCOMPARE(t.min, 1.0);
     QCOMPARE(t.max, 5.0);
     QCOMPARE(t.p10, 1.4);
     QCOMPARE(t.p90, 4.6);
     QCOMPARE(t.samples.size(), size_t(5));
-    QCOMPARE(summarise({2, 4}).median, 3.0);
+    QCOMPARE(summarise({ 2, 4 }).median, 3.0);
 }
 
 void TestBench::harnessSynchronisesAndSkipsWarmup()
@@ -59,10 +59,11 @@ void TestBench::harnessSynchronisesAndSkipsWarmup()
     // like CUDA kernels. The first call is a slow warm-up (1 s), later ones take 0.25 s.
     double clock = 0, queued = 0;
     int calls = 0;
-    const BenchClock device{[&] { return clock; }, [&] {
-                                clock += queued;
-                                queued = 0;
-                            }};
+    const BenchClock device { [&] { return clock; },
+        [&] {
+            clock += queued;
+            queued = 0;
+        } };
     auto work = [&] { queued += calls++ == 0 ? 1.0 : 0.25; };
     const Timing t = timeRepeated(work, /*warmup=*/1, /*repeats=*/4, device);
     QCOMPARE(calls, 5);
@@ -73,7 +74,7 @@ void TestBench::harnessSynchronisesAndSkipsWarmup()
 
     // Without a sync the same harness would read 0: the fake really models asynchrony.
     calls = 1;
-    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock{[&] { return clock; }, [] {}});
+    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
     QCOMPARE(unsynced.median, 0.0);
 }
 
@@ -83,7 +84,7 @@ void TestBench::reportRoundTrip()
     r.created = "2026-01-02T03:04:05Z";
     r.label = "Test GPU";
     r.machine.cpuModel = "Test CPU";
-    r.machine.cpuFlags = {"avx2", "fma"};
+    r.machine.cpuFlags = { "avx2", "fma" };
     r.machine.cores = 8;
     r.machine.memoryBytes = 1 << 30;
     r.machine.gpuName = "Test GPU";
@@ -96,26 +97,26 @@ void TestBench::reportRoundTrip()
     r.model.vocabSize = 1000;
     r.corpus = "chatbench";
     r.corpusPairs = 318;
-    r.gemm = {{"cuda:0", "fp16", 0, 4096, 512000.5}};
+    r.gemm = { { "cuda:0", "fp16", 0, 4096, 512000.5 } };
     BenchRow row;
     row.device = "cuda:0";
     row.precision = "fp16";
     row.batch = 64;
     row.unit = "train_step";
-    row.time = summarise({0.010, 0.011, 0.012});
+    row.time = summarise({ 0.010, 0.011, 0.012 });
     row.tokensPerSecond = 123456.5;
     row.gflops = 2048.25;
     row.gemmFraction = 0.004;
     row.peakMemoryBytes = 123456789;
     row.energyJoules = 1.5;
     row.energySource = "nvml";
-    r.rows = {row};
+    r.rows = { row };
     row.unit = "reply_latency";
     row.energyJoules = -1;
     row.energySource = "not available";
     r.rows.push_back(row);
-    r.races = {{"cuda:0", "fp16", 0, {{0.5, 5.0, 5.5}, {1.0, 4.0, NAN}}}};
-    r.notes = {"cpu fp16: not supported"};
+    r.races = { { "cuda:0", "fp16", 0, { { 0.5, 5.0, 5.5 }, { 1.0, 4.0, NAN } } } };
+    r.notes = { "cpu fp16: not supported" };
     const std::string json = toJson(r);
     const BenchReport back = benchReportFromJson(json, "mem.json");
     QCOMPARE(toJson(back), json);
@@ -132,9 +133,12 @@ void TestBench::badReports_data()
     QTest::addColumn<long>("line");
     QTest::addColumn<QString>("fragment");
     QTest::newRow("syntax") << QByteArray("{\n \"format\": \"chatbench-bench\",\n \"rows\": [,]\n}") << 3L << "JSON";
-    QTest::newRow("other-format") << QByteArray("{\"format\": \"chatbench-config\"}") << 1L << "not a chatbench benchmark";
-    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 0L << "schema version 99";
-    QTest::newRow("missing") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 1}") << 0L << "bad benchmark report";
+    QTest::newRow("other-format") << QByteArray("{\"format\": \"chatbench-config\"}") << 1L
+                                  << "not a chatbench benchmark";
+    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 0L
+                                  << "schema version 99";
+    QTest::newRow("missing") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 1}") << 0L
+                             << "bad benchmark report";
 }
 
 void TestBench::badReports()
@@ -156,12 +160,13 @@ void TestBench::smallRunOnCpu()
 {
     Corpus corpus;
     for (int i = 0; i < 40; ++i)
-        corpus.pairs.push_back({"question number " + std::to_string(i) + " about lstm", "answer " + std::to_string(i), "mem", 0});
+        corpus.pairs.push_back(
+            { "question number " + std::to_string(i) + " about lstm", "answer " + std::to_string(i), "mem", 0 });
     BenchConfig cfg;
     cfg.preset = "quick";
-    cfg.devices = {"cpu", "cuda:0"};
-    cfg.precisions = {"fp32", "tf32"};
-    cfg.batchSizes = {4, 8};
+    cfg.devices = { "cpu", "cuda:0" };
+    cfg.precisions = { "fp32", "tf32" };
+    cfg.batchSizes = { 4, 8 };
     cfg.repeats = 3;
     cfg.warmup = 1;
     cfg.replyLength = 5;
@@ -175,7 +180,8 @@ void TestBench::smallRunOnCpu()
     const size_t cpuRows = 2 + 3 + 1;
     if (!cuda) {
         QCOMPARE(r.rows.size(), cpuRows);
-        QVERIFY(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) { return n.find("cuda:0") == 0; }));
+        QVERIFY(
+            std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) { return n.find("cuda:0") == 0; }));
     }
     QVERIFY(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) { return n.find("cpu tf32") == 0; }));
     QCOMPARE(rowsSeen, static_cast<int>(r.rows.size()));
@@ -202,9 +208,9 @@ void TestBench::smallRunOnCpu()
     QCOMPARE(benchReportFromJson(toJson(r), "x").rows.size(), r.rows.size());
 
     BenchConfig bad = cfg;
-    bad.batchSizes = {0};
+    bad.batchSizes = { 0 };
     QVERIFY_THROWS_EXCEPTION(Error, runBench(bad, corpus));
-    QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, Corpus{}));
+    QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, Corpus {}));
 }
 
 QTEST_GUILESS_MAIN(TestBench)

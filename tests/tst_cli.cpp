@@ -26,8 +26,8 @@ Run cli(const QStringList& args, const QByteArray& input = {}, int timeoutMs = 3
     p.closeWriteChannel();
     if (!p.waitForFinished(timeoutMs))
         qFatal("the CLI did not finish");
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-        QString::fromUtf8(p.readAllStandardError())};
+    return { p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+        QString::fromUtf8(p.readAllStandardError()) };
 }
 
 const QByteArray kYaml = "categories:\n- test\nconversations:\n"
@@ -69,12 +69,12 @@ void TestCli::initTestCase()
 
 void TestCli::help()
 {
-    const Run r = cli({"--help"});
+    const Run r = cli({ "--help" });
     QCOMPARE(r.code, 0);
-    for (const char* cmd : {"corpus", "train", "chat", "doctor"})
+    for (const char* cmd : { "corpus", "train", "chat", "doctor" })
         QVERIFY(r.out.contains(cmd));
-    for (const char* cmd : {"train", "chat", "doctor"}) {
-        const Run sub = cli({cmd, "--help"});
+    for (const char* cmd : { "train", "chat", "doctor" }) {
+        const Run sub = cli({ cmd, "--help" });
         QCOMPARE(sub.code, 0);
         QVERIFY(sub.out.contains("--"));
     }
@@ -82,16 +82,16 @@ void TestCli::help()
 
 void TestCli::corpusCommands()
 {
-    const Run v = cli({"corpus", "validate", CHATBENCH_DATASETS_DIR "/chatbench"});
+    const Run v = cli({ "corpus", "validate", CHATBENCH_DATASETS_DIR "/chatbench" });
     QCOMPARE(v.code, 0);
     QVERIFY(v.out.startsWith("ok: "));
-    const Run s = cli({"corpus", "stats", "--json", m_corpus});
+    const Run s = cli({ "corpus", "stats", "--json", m_corpus });
     QCOMPARE(s.code, 0);
     const QJsonObject j = QJsonDocument::fromJson(s.out.toUtf8()).object();
     QCOMPARE(j["pairs"].toInt(), 5);
     QCOMPARE(j["format"].toString(), QString("yaml"));
     QVERIFY(j["vocabulary"].toInt() > 4);
-    const Run t = cli({"corpus", "stats", m_corpus});
+    const Run t = cli({ "corpus", "stats", m_corpus });
     QCOMPARE(t.code, 0);
     QVERIFY(t.out.contains("OOV rate"));
 }
@@ -99,13 +99,13 @@ void TestCli::corpusCommands()
 void TestCli::corpusErrorsNameFileAndLine()
 {
     const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "a\tb\nno tab\n"));
-    const Run r = cli({"corpus", "validate", bad});
+    const Run r = cli({ "corpus", "validate", bad });
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains(bad + ":2:"), qPrintable(r.err));
-    const Run missing = cli({"corpus", "validate", m_dir.filePath("nope.yml")});
+    const Run missing = cli({ "corpus", "validate", m_dir.filePath("nope.yml") });
     QCOMPARE(missing.code, 1);
     QVERIFY(missing.err.contains("no such file"));
-    const Run train = cli({"train", "--corpus", bad, "--run", m_dir.filePath("never")});
+    const Run train = cli({ "train", "--corpus", bad, "--run", m_dir.filePath("never") });
     QCOMPARE(train.code, 1);
     QVERIFY(train.err.contains(bad + ":2:"));
     QVERIFY(!QDir(m_dir.filePath("never")).exists());
@@ -114,25 +114,25 @@ void TestCli::corpusErrorsNameFileAndLine()
 void TestCli::trainSeedPresetAndChat()
 {
     // The seed preset (the Keras recipe) on a chatterbot corpus it has never seen.
-    const Run t = cli({"train", "--preset", "seed", "--corpus", m_corpus, "--run", m_run, "--epochs", "120",
-        "--val-fraction", "0", "--lr", "0.003"});
+    const Run t = cli({ "train", "--preset", "seed", "--corpus", m_corpus, "--run", m_run, "--epochs", "120",
+        "--val-fraction", "0", "--lr", "0.003" });
     QVERIFY2(t.code == 0, qPrintable(t.out + t.err));
     QVERIFY(t.out.contains("finished after 120 epoch(s)"));
     QVERIFY(t.out.contains("epoch 120"));
-    const Run c = cli({"chat", "--run", m_run, "--once", "do you sleep", "--checks"});
+    const Run c = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--checks" });
     QCOMPARE(c.code, 0);
     const QStringList lines = c.out.split('\n', Qt::SkipEmptyParts);
     QCOMPARE(lines[0], QString("only when the loss is flat"));
     QVERIFY(lines[1].contains("handoff ok"));
-    const Run other = cli({"chat", "--run", m_run, "--once", "how old are you"});
+    const Run other = cli({ "chat", "--run", m_run, "--once", "how old are you" });
     QCOMPARE(other.out.trimmed(), QString("a few epochs old"));
-    const Run beam = cli({"chat", "--run", m_run, "--once", "good morning", "--method", "beam", "--beam", "3"});
+    const Run beam = cli({ "chat", "--run", m_run, "--once", "good morning", "--method", "beam", "--beam", "3" });
     QCOMPARE(beam.out.trimmed(), QString("morning to you too"));
 }
 
 void TestCli::chatJsonTrace()
 {
-    const Run r = cli({"chat", "--run", m_run, "--once", "what is the weather like", "--json"});
+    const Run r = cli({ "chat", "--run", m_run, "--once", "what is the weather like", "--json" });
     QCOMPARE(r.code, 0);
     const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
     QCOMPARE(j["reply"].toString(), QString("sunny with a chance of gradients"));
@@ -141,37 +141,39 @@ void TestCli::chatJsonTrace()
     QVERIFY(checks["state_carried"].toBool());
     QVERIFY(checks["teacher_forced_equal"].toBool());
     QCOMPARE(j["trace"].toObject()["encoder_final"].toArray()[0].toObject()["h"].toArray().size(), 200);
-    const Run broken = cli({"chat", "--run", m_run, "--once", "what is the weather like", "--json", "--handoff", "zero-init"});
-    const QJsonObject bc = QJsonDocument::fromJson(broken.out.toUtf8()).object()["trace"].toObject()["checks"].toObject();
+    const Run broken
+        = cli({ "chat", "--run", m_run, "--once", "what is the weather like", "--json", "--handoff", "zero-init" });
+    const QJsonObject bc
+        = QJsonDocument::fromJson(broken.out.toUtf8()).object()["trace"].toObject()["checks"].toObject();
     QVERIFY(!bc["handoff_equal"].toBool());
     QVERIFY(!bc["teacher_forced_equal"].toBool());
 }
 
 void TestCli::interactiveChat()
 {
-    const Run r = cli({"chat", "--run", m_run}, "good morning\n\nsee you later\n");
+    const Run r = cli({ "chat", "--run", m_run }, "good morning\n\nsee you later\n");
     QCOMPARE(r.code, 0);
-    QCOMPARE(r.out.split('\n', Qt::SkipEmptyParts), (QStringList{"morning to you too", "bye for now"}));
-    const Run unk = cli({"chat", "--run", m_run, "--once", "good morning zzyzx"});
+    QCOMPARE(r.out.split('\n', Qt::SkipEmptyParts), (QStringList { "morning to you too", "bye for now" }));
+    const Run unk = cli({ "chat", "--run", m_run, "--once", "good morning zzyzx" });
     QVERIFY(unk.out.contains("unknown words: zzyzx"));
 }
 
 void TestCli::badArguments()
 {
-    QVERIFY(cli({"train", "--epochs", "0"}).code != 0);
-    QVERIFY(cli({"train", "--preset", "huge"}).code != 0);
-    QVERIFY(cli({"chat", "--method", "psychic"}).code != 0);
-    const Run dev = cli({"train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu"});
+    QVERIFY(cli({ "train", "--epochs", "0" }).code != 0);
+    QVERIFY(cli({ "train", "--preset", "huge" }).code != 0);
+    QVERIFY(cli({ "chat", "--method", "psychic" }).code != 0);
+    const Run dev = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu" });
     QCOMPARE(dev.code, 1);
     QVERIFY(dev.err.contains("device"));
-    const Run again = cli({"train", "--corpus", m_corpus, "--run", m_run});
+    const Run again = cli({ "train", "--corpus", m_corpus, "--run", m_run });
     QCOMPARE(again.code, 1);
     QVERIFY(again.err.contains("already holds a run"));
-    const Run noRun = cli({"chat", "--run", m_dir.filePath("missing"), "--once", "hi"});
+    const Run noRun = cli({ "chat", "--run", m_dir.filePath("missing"), "--once", "hi" });
     QCOMPARE(noRun.code, 1);
     QVERIFY(noRun.err.contains("config.json"));
     // No GPU here: asking for one falls back with a note, never a crash.
-    const Run gpu = cli({"chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0"});
+    const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);
 }
 
@@ -179,8 +181,9 @@ void TestCli::stopAndResume()
 {
     const QString run = m_dir.filePath("stopped");
     QProcess p;
-    p.start(CHATBENCH_CLI, {"train", "--preset", "quick", "--corpus", CHATBENCH_DATASETS_DIR "/chatbench", "--run", run,
-                               "--epochs", "500"});
+    p.start(CHATBENCH_CLI,
+        { "train", "--preset", "quick", "--corpus", CHATBENCH_DATASETS_DIR "/chatbench", "--run", run, "--epochs",
+            "500" });
     QVERIFY(p.waitForStarted());
     QByteArray out;
     QTRY_VERIFY_WITH_TIMEOUT((out += p.readAllStandardOutput()).contains("epoch   1"), 120000);
@@ -188,19 +191,19 @@ void TestCli::stopAndResume()
     QVERIFY(p.waitForFinished(30000));
     QCOMPARE(p.exitCode(), 130);
     QVERIFY(QFile::exists(run + "/state.json"));
-    const Run r = cli({"train", "--resume", "--run", run, "--epochs", "40"});
+    const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "40" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("finished after 40 epoch(s)"));
 }
 
 void TestCli::doctor()
 {
-    const Run r = cli({"doctor"});
+    const Run r = cli({ "doctor" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("torch        2."));
     QVERIFY(r.out.contains("device       cpu"));
     QVERIFY(r.out.contains("healthy"));
-    const Run j = cli({"doctor", "--json"});
+    const Run j = cli({ "doctor", "--json" });
     const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
     QVERIFY(o["cuda_built"].toBool());
     QVERIFY(o["handoff"].toObject()["healthy"].toBool());
@@ -214,10 +217,10 @@ void TestCli::doctor()
 void TestCli::bench()
 {
     const QString out = m_dir.filePath("bench.json");
-    const Run r = cli({"bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2,4", "--precision", "fp32,fp16",
-        "--repeats", "2", "--warmup", "1", "--reply-length", "3", "--race-epochs", "2", "--out", out});
+    const Run r = cli({ "bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2,4", "--precision",
+        "fp32,fp16", "--repeats", "2", "--warmup", "1", "--reply-length", "3", "--race-epochs", "2", "--out", out });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
-    for (const char* unit : {"train_step", "reply_latency", "reply_throughput", "epoch"})
+    for (const char* unit : { "train_step", "reply_latency", "reply_throughput", "epoch" })
         QVERIFY2(r.out.contains(unit), unit);
     QVERIFY(r.out.contains("GEMM ceiling"));
     QVERIFY(r.out.contains("race cpu fp32: 2 epochs"));
@@ -229,8 +232,8 @@ void TestCli::bench()
     QCOMPARE(j["schema_version"].toInt(), 1);
     QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1);
     QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
-    QVERIFY(cli({"bench", "--batch", "0"}).code != 0);
-    QVERIFY(cli({"bench", "--precision", "fp8"}).code != 0);
+    QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
+    QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -31,28 +31,35 @@ void TestCorpus::goodInputs_data()
     QTest::addColumn<QString>("format");
     QTest::addColumn<QStringList>("expected"); // prompt|response per pair
 
-    QTest::newRow("yaml") << "a.yml"
-                          << QByteArray("categories:\n- x\nconversations:\n- - Hello\n  - Hi there\n  - How are you?\n- - Bye\n  - See you\n")
-                          << "yaml" << QStringList{"Hello|Hi there", "Hi there|How are you?", "Bye|See you"};
+    QTest::newRow("yaml")
+        << "a.yml"
+        << QByteArray(
+               "categories:\n- x\nconversations:\n- - Hello\n  - Hi there\n  - How are you?\n- - Bye\n  - See you\n")
+        << "yaml" << QStringList { "Hello|Hi there", "Hi there|How are you?", "Bye|See you" };
     QTest::newRow("yaml-crlf-bom") << "b.yaml"
-                                   << QByteArray("\xEF\xBB\xBF" "conversations:\r\n- - Hello\r\n  - Hi\r\n")
-                                   << "yaml" << QStringList{"Hello|Hi"};
+                                   << QByteArray("\xEF\xBB\xBF"
+                                                 "conversations:\r\n- - Hello\r\n  - Hi\r\n")
+                                   << "yaml" << QStringList { "Hello|Hi" };
     QTest::newRow("yaml-number-turn") << "n.yml" << QByteArray("conversations:\n- - what is six times seven\n  - 42\n")
-                                      << "yaml" << QStringList{"what is six times seven|42"};
+                                      << "yaml" << QStringList { "what is six times seven|42" };
     QTest::newRow("tsv") << "p.tsv" << QByteArray("# comment\nhello\thi\n\nhow are you\tfine\n") << "tsv"
-                         << QStringList{"hello|hi", "how are you|fine"};
+                         << QStringList { "hello|hi", "how are you|fine" };
     QTest::newRow("tsv-by-content") << "p.txt" << QByteArray("hello\thi\nbye\tcya\n") << "tsv"
-                                    << QStringList{"hello|hi", "bye|cya"};
-    QTest::newRow("tsv-lone-cr") << "cr.tsv" << QByteArray("a\tb\rc\td\r") << "tsv" << QStringList{"a|b", "c|d"};
-    QTest::newRow("jsonl-pairs") << "d.jsonl"
-                                 << QByteArray("{\"prompt\": \"hi\", \"response\": \"hello\"}\n\n{\"prompt\":\"caf\xC3\xA9?\",\"response\":\"yes\"}\n")
-                                 << "jsonl" << QStringList{"hi|hello", QString::fromUtf8("caf\xC3\xA9?|yes")};
-    QTest::newRow("jsonl-messages") << "m.json"
-                                    << QByteArray("{\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},{\"role\":\"user\",\"content\":\"hi\"},"
-                                                  "{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"user\",\"content\":\"bye\"}]}\n")
-                                    << "jsonl" << QStringList{"hi|hello", "hello|bye"};
+                                    << QStringList { "hello|hi", "bye|cya" };
+    QTest::newRow("tsv-lone-cr") << "cr.tsv" << QByteArray("a\tb\rc\td\r") << "tsv" << QStringList { "a|b", "c|d" };
+    QTest::newRow("jsonl-pairs")
+        << "d.jsonl"
+        << QByteArray(
+               "{\"prompt\": \"hi\", \"response\": \"hello\"}\n\n{\"prompt\":\"caf\xC3\xA9?\",\"response\":\"yes\"}\n")
+        << "jsonl" << QStringList { "hi|hello", QString::fromUtf8("caf\xC3\xA9?|yes") };
+    QTest::newRow("jsonl-messages")
+        << "m.json"
+        << QByteArray(
+               "{\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},{\"role\":\"user\",\"content\":\"hi\"},"
+               "{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"user\",\"content\":\"bye\"}]}\n")
+        << "jsonl" << QStringList { "hi|hello", "hello|bye" };
     QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"
-                            << QStringList{"hello|hi", "hi|how are you", "bye|see you"};
+                            << QStringList { "hello|hi", "hi|how are you", "bye|see you" };
 }
 
 void TestCorpus::goodInputs()
@@ -88,10 +95,14 @@ void TestCorpus::badInputs_data()
     QTest::newRow("overlong-utf8") << "o.tsv" << QByteArray("a\tb\n\xC0\xAF\tx\n") << 2L << "UTF-8";
     QTest::newRow("tsv-no-tab") << "n.tsv" << QByteArray("a\tb\nno tab here\n") << 2L << "tab";
     QTest::newRow("tsv-three-columns") << "c.tsv" << QByteArray("a\tb\tc\n") << 1L << "two";
-    QTest::newRow("jsonl-syntax") << "j.jsonl" << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L << "JSON";
-    QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings";
+    QTest::newRow("jsonl-syntax") << "j.jsonl"
+                                  << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L
+                                  << "JSON";
+    QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L
+                                 << "strings";
     QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected";
-    QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L << "limit";
+    QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L
+                                 << "limit";
     QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs";
 }
 
@@ -128,7 +139,7 @@ void TestCorpus::yamlFolder()
     QCOMPARE(c.pairs.size(), size_t(3));
     QCOMPARE(c.pairs[0].prompt, std::string("one")); // files in sorted order
     QCOMPARE(c.files.size(), size_t(3));
-    QCOMPARE(c.warnings.size(), size_t(1));          // the empty file
+    QCOMPARE(c.warnings.size(), size_t(1)); // the empty file
 }
 
 void TestCorpus::cornellFolder()
@@ -138,8 +149,8 @@ void TestCorpus::cornellFolder()
         "L1 +++$+++ u0 +++$+++ m0 +++$+++ BIANCA +++$+++ Can we go?\n"
         "L2 +++$+++ u2 +++$+++ m0 +++$+++ CAMERON +++$+++ Sure, caf\xE9 first.\n"
         "L3 +++$+++ u0 +++$+++ m0 +++$+++ BIANCA +++$+++ Great.\n");
-    testutil::writeFile(dir, "cornell/movie_conversations.txt",
-        "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L2', 'L3']\r\n");
+    testutil::writeFile(
+        dir, "cornell/movie_conversations.txt", "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L2', 'L3']\r\n");
     const Corpus c = loadCorpus(dir.filePath("cornell").toStdString());
     QCOMPARE(c.format, CorpusFormat::Cornell);
     QCOMPARE(c.pairs.size(), size_t(2));
@@ -180,7 +191,7 @@ void TestCorpus::splitIsDeterministic()
 {
     std::vector<Pair> pairs;
     for (int i = 0; i < 100; ++i)
-        pairs.push_back({"q" + std::to_string(i), "a" + std::to_string(i), "", 0});
+        pairs.push_back({ "q" + std::to_string(i), "a" + std::to_string(i), "", 0 });
     const Split a = splitPairs(pairs, 0.1, 7), b = splitPairs(pairs, 0.1, 7), c = splitPairs(pairs, 0.1, 8);
     QCOMPARE(a.validation.size(), size_t(10));
     QCOMPARE(a.train.size(), size_t(90));
@@ -192,7 +203,7 @@ void TestCorpus::splitIsDeterministic()
     };
     QVERIFY(prompts(a.validation) == prompts(b.validation));
     QVERIFY(prompts(a.validation) != prompts(c.validation));
-    QCOMPARE(splitPairs({pairs[0], pairs[1]}, 0.1, 1).validation.size(), size_t(1));
+    QCOMPARE(splitPairs({ pairs[0], pairs[1] }, 0.1, 1).validation.size(), size_t(1));
 }
 
 void TestCorpus::bundledCorpusLoads()

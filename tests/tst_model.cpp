@@ -36,7 +36,7 @@ void fillPattern(torch::nn::Module& m)
     torch::NoGradGuard g;
     int k = 0;
     for (auto& p : m.parameters()) {
-        auto flat = p.view({-1});
+        auto flat = p.view({ -1 });
         for (int64_t i = 0; i < flat.numel(); ++i, ++k)
             flat[i] = 0.3 * std::sin(0.7 * k + 0.1);
     }
@@ -44,7 +44,7 @@ void fillPattern(torch::nn::Module& m)
 
 std::vector<double> vec(const torch::Tensor& t)
 {
-    auto f = t.to(torch::kFloat64).contiguous().view({-1});
+    auto f = t.to(torch::kFloat64).contiguous().view({ -1 });
     return std::vector<double>(f.data_ptr<double>(), f.data_ptr<double>() + f.numel());
 }
 
@@ -69,11 +69,11 @@ void TestModel::lstmStepMatchesHandComputedReference()
     model->eval();
     torch::NoGradGuard noGrad;
     const int64_t H = 2, E = 3, token = 5;
-    const std::vector<double> h0 = {0.25, -0.5}, c0 = {-0.125, 0.75};
-    auto h0t = torch::tensor({h0[0], h0[1]}, torch::kFloat32).view({1, 1, H});
-    auto c0t = torch::tensor({c0[0], c0[1]}, torch::kFloat32).view({1, 1, H});
+    const std::vector<double> h0 = { 0.25, -0.5 }, c0 = { -0.125, 0.75 };
+    auto h0t = torch::tensor({ h0[0], h0[1] }, torch::kFloat32).view({ 1, 1, H });
+    auto c0t = torch::tensor({ c0[0], c0[1] }, torch::kFloat32).view({ 1, 1, H });
     EncoderOutput enc; // unused without attention
-    DecoderOutput out = model->decode(torch::tensor({{token}}), h0t, c0t, enc);
+    DecoderOutput out = model->decode(torch::tensor({ { token } }), h0t, c0t, enc);
 
     // Reference: x = E[token]; z = W_ih x + b_ih + W_hh h + b_hh; gates in PyTorch order i, f, g, o.
     const auto emb = vec(model->decoderEmbedding->weight[token]);
@@ -98,8 +98,10 @@ void TestModel::lstmStepMatchesHandComputedReference()
     }
     const auto hGot = vec(out.h), cGot = vec(out.c);
     for (int64_t j = 0; j < H; ++j) {
-        QVERIFY2(std::abs(hGot[j] - h1[j]) < 1e-6, qPrintable(QString("h[%1] %2 vs %3").arg(j).arg(hGot[j]).arg(h1[j])));
-        QVERIFY2(std::abs(cGot[j] - c1[j]) < 1e-6, qPrintable(QString("c[%1] %2 vs %3").arg(j).arg(cGot[j]).arg(c1[j])));
+        QVERIFY2(
+            std::abs(hGot[j] - h1[j]) < 1e-6, qPrintable(QString("h[%1] %2 vs %3").arg(j).arg(hGot[j]).arg(h1[j])));
+        QVERIFY2(
+            std::abs(cGot[j] - c1[j]) < 1e-6, qPrintable(QString("c[%1] %2 vs %3").arg(j).arg(cGot[j]).arg(c1[j])));
     }
     // The projection to the vocabulary: logits = W_out h + b_out.
     const auto Wout = vec(model->output->weight), bout = vec(model->output->bias), logits = vec(out.logits);
@@ -121,18 +123,18 @@ void TestModel::handoffIsAtTrueLastToken()
     model->eval();
     torch::NoGradGuard noGrad;
     // Alone, unpadded.
-    auto alone = model->encode(torch::tensor({{5, 6, 7}}), torch::tensor({3}));
+    auto alone = model->encode(torch::tensor({ { 5, 6, 7 } }), torch::tensor({ 3 }));
     // In a batch with a longer sequence: padded with two zeros, and placed second.
-    auto batch = model->encode(torch::tensor({{4, 5, 6, 7, 8}, {5, 6, 7, 0, 0}}), torch::tensor({5, 3}));
+    auto batch = model->encode(torch::tensor({ { 4, 5, 6, 7, 8 }, { 5, 6, 7, 0, 0 } }), torch::tensor({ 5, 3 }));
     QVERIFY((alone.h.select(1, 0) - batch.h.select(1, 1)).abs().max().item<double>() < 1e-6);
     QVERIFY((alone.c.select(1, 0) - batch.c.select(1, 1)).abs().max().item<double>() < 1e-6);
     // Reference: the plain module run over the three real tokens only.
-    auto emb = model->encoderEmbedding(torch::tensor({{5, 6, 7}}));
+    auto emb = model->encoderEmbedding(torch::tensor({ { 5, 6, 7 } }));
     auto [out, state] = model->encoder->forward(emb);
     QVERIFY((std::get<0>(state) - alone.h).abs().max().item<double>() < 1e-6);
     QVERIFY((std::get<1>(state) - alone.c).abs().max().item<double>() < 1e-6);
     // The pitfall this guards against: running the padded row straight through nn::LSTM moves the state.
-    auto [padOut, padState] = model->encoder->forward(model->encoderEmbedding(torch::tensor({{5, 6, 7, 0, 0}})));
+    auto [padOut, padState] = model->encoder->forward(model->encoderEmbedding(torch::tensor({ { 5, 6, 7, 0, 0 } })));
     QVERIFY((std::get<1>(padState) - alone.c).abs().max().item<double>() > 1e-3);
     // Encoder outputs past the length are zero.
     QCOMPARE(batch.outputs[1][3].abs().sum().item<double>(), 0.0);
@@ -149,10 +151,10 @@ void TestModel::attentionIgnoresPadding()
     Seq2Seq model(cfg);
     model->eval();
     torch::NoGradGuard noGrad;
-    auto alone = model->encode(torch::tensor({{5, 6}}), torch::tensor({2}));
-    auto padded = model->encode(torch::tensor({{5, 6, 0, 0}}), torch::tensor({2}));
-    auto a = model->decode(torch::tensor({{2, 4}}), alone.h, alone.c, alone);
-    auto b = model->decode(torch::tensor({{2, 4}}), padded.h, padded.c, padded);
+    auto alone = model->encode(torch::tensor({ { 5, 6 } }), torch::tensor({ 2 }));
+    auto padded = model->encode(torch::tensor({ { 5, 6, 0, 0 } }), torch::tensor({ 2 }));
+    auto a = model->decode(torch::tensor({ { 2, 4 } }), alone.h, alone.c, alone);
+    auto b = model->decode(torch::tensor({ { 2, 4 } }), padded.h, padded.c, padded);
     QVERIFY((a.logits - b.logits).abs().max().item<double>() < 1e-6);
     QCOMPARE(b.attention.size(2), int64_t(4));
     QCOMPARE(b.attention[0][0][2].item<double>(), 0.0); // no weight on padding
@@ -163,8 +165,8 @@ void TestModel::planCoversEveryExampleOnce()
 {
     std::vector<Example> ex;
     for (int i = 0; i < 53; ++i)
-        ex.push_back({std::vector<int64_t>(1 + i % 7, 4), std::vector<int64_t>(3 + i % 5, 4)});
-    for (bool bucketing : {true, false}) {
+        ex.push_back({ std::vector<int64_t>(1 + i % 7, 4), std::vector<int64_t>(3 + i % 5, 4) });
+    for (bool bucketing : { true, false }) {
         const auto plan = planBatches(ex, 10, bucketing, 11);
         QCOMPARE(plan.size(), size_t(6));
         std::multiset<size_t> seen;
@@ -182,13 +184,12 @@ void TestModel::planCoversEveryExampleOnce()
 void TestModel::collatePadsPerBatchWithMasks()
 {
     std::vector<Example> ex = {
-        {{4, 5}, {2, 6, 7, 3}},
-        {{4}, {2, 6, 3}},
-        {std::vector<int64_t>(20, 4), std::vector<int64_t>(30, 6)}, // a long pair not in the batch
+        { { 4, 5 }, { 2, 6, 7, 3 } }, { { 4 }, { 2, 6, 3 } },
+        { std::vector<int64_t>(20, 4), std::vector<int64_t>(30, 6) }, // a long pair not in the batch
     };
-    Batch b = collate(ex, {0, 1}, torch::kCPU);
-    QCOMPARE(b.source.sizes().vec(), (std::vector<int64_t>{2, 2})); // this batch's longest prompt, not 20
-    QCOMPARE(b.input.sizes().vec(), (std::vector<int64_t>{2, 3}));
+    Batch b = collate(ex, { 0, 1 }, torch::kCPU);
+    QCOMPARE(b.source.sizes().vec(), (std::vector<int64_t> { 2, 2 })); // this batch's longest prompt, not 20
+    QCOMPARE(b.input.sizes().vec(), (std::vector<int64_t> { 2, 3 }));
     QCOMPARE(b.lengths[1].item<int64_t>(), int64_t(1));
     QCOMPARE(b.source[1][1].item<int64_t>(), int64_t(0));
     // Input drops the last token, target drops <start>.
@@ -206,7 +207,7 @@ void TestModel::bucketingReducesPadding()
 {
     std::vector<Example> ex;
     for (int i = 0; i < 400; ++i)
-        ex.push_back({std::vector<int64_t>(1 + (i * 37) % 20, 4), std::vector<int64_t>(3 + (i * 11) % 30, 4)});
+        ex.push_back({ std::vector<int64_t>(1 + (i * 37) % 20, 4), std::vector<int64_t>(3 + (i * 11) % 30, 4) });
     auto padded = [&](bool bucketing) {
         int64_t cells = 0;
         for (const auto& idx : planBatches(ex, 16, bucketing, 1)) {

@@ -12,7 +12,7 @@ std::vector<Pair> pairs(std::initializer_list<std::pair<const char*, const char*
 {
     std::vector<Pair> out;
     for (const auto& [p, r] : list)
-        out.push_back({p, r, "", 0});
+        out.push_back({ p, r, "", 0 });
     return out;
 }
 QStringList q(const std::vector<std::string>& v)
@@ -45,16 +45,18 @@ void TestTokenizer::split_data()
     QTest::addColumn<bool>("keras");
     QTest::addColumn<QString>("text");
     QTest::addColumn<QStringList>("words");
-    // Keras' text_to_word_sequence: lowercase, filters ! " # $ % & ( ) * + , - . / : ; < = > ? @ [ \ ] ^ _ ` { | } ~ \t \n
-    // become spaces; the apostrophe is kept.
-    QTest::newRow("keras-basic") << true << "Hello, World!" << QStringList{"hello", "world"};
-    QTest::newRow("keras-apostrophe") << true << "I don't know." << QStringList{"i", "don't", "know"};
+    // Keras' text_to_word_sequence: lowercase, filters ! " # $ % & ( ) * + , - . / : ; < = > ? @ [ \ ] ^ _ ` { | } ~ \t
+    // \n become spaces; the apostrophe is kept.
+    QTest::newRow("keras-basic") << true << "Hello, World!" << QStringList { "hello", "world" };
+    QTest::newRow("keras-apostrophe") << true << "I don't know." << QStringList { "i", "don't", "know" };
     QTest::newRow("keras-filters") << true << "a-b_c/d(e)f[g]h{i}j@k#l$m%n^o&p*q+r=s<t>u|v~w`x\ty\nz"
-                                   << QStringList{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o",
-                                          "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z"};
-    QTest::newRow("keras-spaces") << true << "  many   spaces  " << QStringList{"many", "spaces"};
-    QTest::newRow("punct") << false << "Hello, World! Isn't it?" << QStringList{"hello", ",", "world", "!", "isn't", "it", "?"};
-    QTest::newRow("punct-utf8") << false << QString::fromUtf8("Caf\xC3\xA9 ok.") << QStringList{QString::fromUtf8("caf\xC3\xA9"), "ok", "."};
+                                   << QStringList { "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m",
+                                          "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z" };
+    QTest::newRow("keras-spaces") << true << "  many   spaces  " << QStringList { "many", "spaces" };
+    QTest::newRow("punct") << false << "Hello, World! Isn't it?"
+                           << QStringList { "hello", ",", "world", "!", "isn't", "it", "?" };
+    QTest::newRow("punct-utf8") << false << QString::fromUtf8("Caf\xC3\xA9 ok.")
+                                << QStringList { QString::fromUtf8("caf\xC3\xA9"), "ok", "." };
 }
 
 void TestTokenizer::split()
@@ -70,7 +72,7 @@ void TestTokenizer::split()
 
 void TestTokenizer::specialsAndOrder()
 {
-    const Tokenizer tok = Tokenizer::build(pairs({{"b a a", "c a b"}}), {});
+    const Tokenizer tok = Tokenizer::build(pairs({ { "b a a", "c a b" } }), {});
     QCOMPARE(tok.word(Tokenizer::kPad), std::string("<pad>"));
     QCOMPARE(tok.word(Tokenizer::kUnk), std::string("<unk>"));
     QCOMPARE(tok.word(Tokenizer::kStart), std::string("<start>"));
@@ -84,7 +86,7 @@ void TestTokenizer::specialsAndOrder()
 
 void TestTokenizer::minFrequencyAndMaxSize()
 {
-    const auto data = pairs({{"x x x y y z", "w"}});
+    const auto data = pairs({ { "x x x y y z", "w" } });
     TokenizerOptions opt;
     opt.minFrequency = 2;
     QCOMPARE(Tokenizer::build(data, opt).size(), int64_t(4 + 2)); // x, y
@@ -99,24 +101,24 @@ void TestTokenizer::roundTrip()
 {
     TokenizerOptions punct;
     punct.mode = TokenizerMode::Punctuation;
-    const Tokenizer tok = Tokenizer::build(pairs({{"hello, how are you?", "i am fine."}}), punct);
+    const Tokenizer tok = Tokenizer::build(pairs({ { "hello, how are you?", "i am fine." } }), punct);
     const Encoded e = tok.encode("Hello, how are you?");
     QVERIFY(e.unknown.empty());
     QCOMPARE(tok.decode(e.ids), std::string("hello, how are you?"));
     // decode stops at <end> and skips <start>/<pad>.
-    std::vector<int64_t> ids = {Tokenizer::kStart, tok.id("i"), tok.id("am"), Tokenizer::kEnd, tok.id("fine")};
+    std::vector<int64_t> ids = { Tokenizer::kStart, tok.id("i"), tok.id("am"), Tokenizer::kEnd, tok.id("fine") };
     QCOMPARE(tok.decode(ids), std::string("i am"));
-    const Tokenizer keras = Tokenizer::build(pairs({{"Hello there", "General Kenobi"}}), {});
+    const Tokenizer keras = Tokenizer::build(pairs({ { "Hello there", "General Kenobi" } }), {});
     QCOMPARE(keras.decode(keras.encode("HELLO there!").ids), std::string("hello there"));
 }
 
 void TestTokenizer::unknownWords()
 {
-    const Tokenizer tok = Tokenizer::build(pairs({{"hello there", "hi"}}), {});
+    const Tokenizer tok = Tokenizer::build(pairs({ { "hello there", "hi" } }), {});
     const Encoded e = tok.encode("hello zorblax <unk> there");
     QCOMPARE(e.ids.size(), size_t(4));
     QCOMPARE(e.ids[1], Tokenizer::kUnk);
-    QCOMPARE(q(e.unknown), (QStringList{"zorblax", "unk"})); // Keras filters drop < and >
+    QCOMPARE(q(e.unknown), (QStringList { "zorblax", "unk" })); // Keras filters drop < and >
     QCOMPARE(tok.decode(e.ids), std::string("hello <unk> <unk> there"));
     QVERIFY(tok.encode("").ids.empty());
 }
@@ -127,7 +129,7 @@ void TestTokenizer::saveLoad()
     TokenizerOptions opt;
     opt.mode = TokenizerMode::Punctuation;
     opt.minFrequency = 1;
-    const Tokenizer tok = Tokenizer::build(pairs({{"one two, three!", "four five"}}), opt);
+    const Tokenizer tok = Tokenizer::build(pairs({ { "one two, three!", "four five" } }), opt);
     const std::string path = dir.filePath("vocab.json").toStdString();
     tok.save(path);
     const Tokenizer back = Tokenizer::load(path);
@@ -145,9 +147,13 @@ void TestTokenizer::loadRejectsBadFiles_data()
     QTest::newRow("not-json") << QByteArray("{\n \"format\": \"chatbench-vocab\",\n oops\n}") << 3L;
     QTest::newRow("wrong-format") << QByteArray("{\"format\": \"other\"}") << 1L;
     QTest::newRow("missing-field") << QByteArray("{\"format\": \"chatbench-vocab\", \"mode\": \"keras\"}") << 0L;
-    QTest::newRow("no-specials") << QByteArray("{\"format\": \"chatbench-vocab\", \"mode\": \"keras\", \"min_frequency\": 1, \"max_size\": 0, \"tokens\": [\"a\"]}") << 0L;
-    QTest::newRow("duplicate") << QByteArray("{\"format\": \"chatbench-vocab\", \"mode\": \"keras\", \"min_frequency\": 1, \"max_size\": 0, "
-                                             "\"tokens\": [\"<pad>\", \"<unk>\", \"<start>\", \"<end>\", \"a\", \"a\"]}") << 0L;
+    QTest::newRow("no-specials") << QByteArray("{\"format\": \"chatbench-vocab\", \"mode\": \"keras\", "
+                                               "\"min_frequency\": 1, \"max_size\": 0, \"tokens\": [\"a\"]}")
+                                 << 0L;
+    QTest::newRow("duplicate") << QByteArray(
+        "{\"format\": \"chatbench-vocab\", \"mode\": \"keras\", \"min_frequency\": 1, \"max_size\": 0, "
+        "\"tokens\": [\"<pad>\", \"<unk>\", \"<start>\", \"<end>\", \"a\", \"a\"]}")
+                               << 0L;
 }
 
 void TestTokenizer::loadRejectsBadFiles()
@@ -167,8 +173,8 @@ void TestTokenizer::loadRejectsBadFiles()
 
 void TestTokenizer::oov()
 {
-    const Tokenizer tok = Tokenizer::build(pairs({{"a b", "c d"}}), {});
-    QCOMPARE(oovRate(tok, pairs({{"a x", "y d"}})), 0.5);
+    const Tokenizer tok = Tokenizer::build(pairs({ { "a b", "c d" } }), {});
+    QCOMPARE(oovRate(tok, pairs({ { "a x", "y d" } })), 0.5);
     QCOMPARE(oovRate(tok, {}), 0.0);
 }
 

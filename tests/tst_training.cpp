@@ -17,25 +17,25 @@ using namespace chatbench;
 namespace {
 
 const std::vector<std::pair<std::string, std::string>> kDialog = {
-    {"hello", "hi there"},
-    {"how are you", "i am fine thanks"},
-    {"what is your name", "my name is chatbench"},
-    {"what is an lstm", "a recurrent network with gates"},
-    {"what does the forget gate do", "it decides what the cell keeps"},
-    {"who made you", "engineers who like charts"},
-    {"do you like music", "yes especially jazz"},
-    {"what time is it", "time to train a model"},
-    {"are you a robot", "i am a small neural network"},
-    {"tell me a joke", "my loss went down and never came back"},
-    {"goodbye", "see you soon"},
-    {"thank you", "you are welcome"},
+    { "hello", "hi there" },
+    { "how are you", "i am fine thanks" },
+    { "what is your name", "my name is chatbench" },
+    { "what is an lstm", "a recurrent network with gates" },
+    { "what does the forget gate do", "it decides what the cell keeps" },
+    { "who made you", "engineers who like charts" },
+    { "do you like music", "yes especially jazz" },
+    { "what time is it", "time to train a model" },
+    { "are you a robot", "i am a small neural network" },
+    { "tell me a joke", "my loss went down and never came back" },
+    { "goodbye", "see you soon" },
+    { "thank you", "you are welcome" },
 };
 
 Corpus smallCorpus()
 {
     Corpus c;
     for (const auto& [p, r] : kDialog)
-        c.pairs.push_back({p, r, "memory", 0});
+        c.pairs.push_back({ p, r, "memory", 0 });
     return c;
 }
 
@@ -185,8 +185,8 @@ void TestTraining::batchedRepliesIgnorePadding()
         }
     }
     // The same prompt padded next to a long one, in either order.
-    const auto a = bot.replyBatch({"hello", "what does the forget gate do"});
-    const auto b = bot.replyBatch({"what does the forget gate do", "hello"});
+    const auto a = bot.replyBatch({ "hello", "what does the forget gate do" });
+    const auto b = bot.replyBatch({ "what does the forget gate do", "hello" });
     QCOMPARE(a[0].text, std::string("hi there"));
     QCOMPARE(b[1].text, std::string("hi there"));
 }
@@ -233,10 +233,10 @@ void TestTraining::checkpointReloadsToSameReplies()
 void TestTraining::runFolderLayout()
 {
     const QDir run(QString::fromStdString(m_run));
-    for (const char* f : {"config.json", "vocab.json", "state.json", "metrics.csv", "ckpt-00000240.pt"})
+    for (const char* f : { "config.json", "vocab.json", "state.json", "metrics.csv", "ckpt-00000240.pt" })
         QVERIFY2(run.exists(f), f);
-    QCOMPARE(run.entryList({"ckpt-*.pt"}).size(), 1); // older checkpoints are removed
-    QCOMPARE(run.entryList({".*tmp*"}, QDir::Hidden | QDir::Files).size(), 0);
+    QCOMPARE(run.entryList({ "ckpt-*.pt" }).size(), 1); // older checkpoints are removed
+    QCOMPARE(run.entryList({ ".*tmp*" }, QDir::Hidden | QDir::Files).size(), 0);
     QFile csv(run.filePath("metrics.csv"));
     QVERIFY(csv.open(QIODevice::ReadOnly));
     const auto lines = QString(csv.readAll()).trimmed().split('\n');
@@ -261,7 +261,7 @@ void TestTraining::resumeEqualsUninterruptedRun()
     const TrainResult a = train(cfg, corpus, full);
     QCOMPARE(a.status, TrainStatus::Finished);
 
-    std::atomic<bool> cancel{false};
+    std::atomic<bool> cancel { false };
     TrainCallbacks cb;
     cb.cancel = &cancel;
     cb.onStep = [&](const StepMetrics& m) {
@@ -296,7 +296,8 @@ void TestTraining::validationAndEarlyStopping()
 {
     Corpus corpus = smallCorpus();
     for (int i = 0; i < 8; ++i)
-        corpus.pairs.push_back({"question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0});
+        corpus.pairs.push_back(
+            { "question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0 });
     TrainConfig cfg = smallConfig();
     cfg.validationFraction = 0.25;
     cfg.epochs = 300;

@@ -110,7 +110,8 @@ void TestUi::loadingCorpusFillsStats()
     QVERIFY(rows > 0 && rows < static_cast<int>(pairs));
     for (int r = 0; r < rows; ++r) {
         const auto* m = corpus->preview()->model();
-        QVERIFY((m->index(r, 0).data().toString() + m->index(r, 1).data().toString()).contains("forget gate", Qt::CaseInsensitive));
+        QVERIFY((m->index(r, 0).data().toString() + m->index(r, 1).data().toString())
+                    .contains("forget gate", Qt::CaseInsensitive));
     }
     corpus->filter()->clear();
 }
@@ -118,7 +119,8 @@ void TestUi::loadingCorpusFillsStats()
 void TestUi::badCorpusShowsErrorAndWindowStaysUsable()
 {
     auto* corpus = m_window->corpusView();
-    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "hello\thi\nno tab on this line\n"));
+    const QString bad
+        = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "hello\thi\nno tab on this line\n"));
     QSignalSpy failed(m_window->engine(), &EngineController::failed);
     corpus->load(bad);
     QVERIFY(failed.wait(30000));
@@ -182,7 +184,8 @@ void TestUi::trainProducesProgressAndPlotPoints()
     const qint64 p99 = gaps.empty() ? 0 : gaps[std::min(gaps.size() - 1, gaps.size() * 99 / 100)];
     const qint64 worst = gaps.empty() ? 0 : gaps.back();
     qInfo("event-loop stall probe while training: %zu ticks, p50 %lld ms, p99 %lld ms, max %lld ms", gaps.size(),
-        gaps.empty() ? 0LL : static_cast<long long>(gaps[gaps.size() / 2]), static_cast<long long>(p99), static_cast<long long>(worst));
+        gaps.empty() ? 0LL : static_cast<long long>(gaps[gaps.size() / 2]), static_cast<long long>(p99),
+        static_cast<long long>(worst));
     QVERIFY2(p99 < 250, qPrintable(QString("p99 gap %1 ms").arg(p99)));
 }
 
@@ -299,7 +302,7 @@ void TestUi::plotDownsamplesAndKeepsNewestPoint()
     LivePlot plot;
     QSignalSpy replotted(&plot, &LivePlot::replotted);
     for (int i = 1; i <= 100001; ++i)
-        plot.addStep({0, i, 1.0 / i, 1000, i * 0.01});
+        plot.addStep({ 0, i, 1.0 / i, 1000, i * 0.01 });
     QVERIFY(replotted.wait(2000));
     QVERIFY(plot.drawnPoints(0) <= LivePlot::kMaxDrawn + 1);
     QVERIFY(plot.drawnPoints(0) >= LivePlot::kMaxDrawn / 2);
@@ -316,13 +319,13 @@ BenchReport fixtureReport(const std::string& label, const std::string& device, d
     r.label = label;
     r.preset = "seed";
     r.model.vocabSize = 1000;
-    for (int batch : {1, 16, 64}) {
+    for (int batch : { 1, 16, 64 }) {
         BenchRow step;
         step.device = device;
         step.precision = "fp32";
         step.batch = batch;
         step.unit = "train_step";
-        step.time = summarise({0.001 * batch, 0.0011 * batch});
+        step.time = summarise({ 0.001 * batch, 0.0011 * batch });
         step.tokensPerSecond = 1000.0 * batch;
         r.rows.push_back(step);
         BenchRow reply = step;
@@ -334,9 +337,9 @@ BenchReport fixtureReport(const std::string& label, const std::string& device, d
     epoch.precision = "fp32";
     epoch.batch = 50;
     epoch.unit = "epoch";
-    epoch.time = summarise({epochSeconds, epochSeconds * 1.1, epochSeconds * 0.9});
+    epoch.time = summarise({ epochSeconds, epochSeconds * 1.1, epochSeconds * 0.9 });
     r.rows.push_back(epoch);
-    r.races.push_back({device, "fp32", 0, {{epochSeconds, 5.0, NAN}, {2 * epochSeconds, 4.0, NAN}}});
+    r.races.push_back({ device, "fp32", 0, { { epochSeconds, 5.0, NAN }, { 2 * epochSeconds, 4.0, NAN } } });
     return r;
 }
 } // namespace
@@ -344,8 +347,10 @@ BenchReport fixtureReport(const std::string& label, const std::string& device, d
 void TestUi::compareShowsImportedReports()
 {
     auto* compare = m_window->compareView();
-    const QString a = QString::fromStdString(testutil::writeFile(m_dir, "a.json", QByteArray::fromStdString(toJson(fixtureReport("Server A", "cuda:0", 0.5)))));
-    const QString b = QString::fromStdString(testutil::writeFile(m_dir, "b.json", QByteArray::fromStdString(toJson(fixtureReport("Laptop B", "cpu", 2.0)))));
+    const QString a = QString::fromStdString(testutil::writeFile(
+        m_dir, "a.json", QByteArray::fromStdString(toJson(fixtureReport("Server A", "cuda:0", 0.5)))));
+    const QString b = QString::fromStdString(
+        testutil::writeFile(m_dir, "b.json", QByteArray::fromStdString(toJson(fixtureReport("Laptop B", "cpu", 2.0)))));
     const int before = compare->sources().size();
     QVERIFY(compare->importReport(a));
     QVERIFY(compare->importReport(b));
@@ -371,7 +376,8 @@ void TestUi::compareShowsImportedReports()
         rows += static_cast<int>(s.report.rows.size());
     QCOMPARE(compare->table()->rowCount(), rows);
 
-    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.json", "{\n  \"format\": \"chatbench-bench\",\n  oops\n}\n"));
+    const QString bad = QString::fromStdString(
+        testutil::writeFile(m_dir, "bad.json", "{\n  \"format\": \"chatbench-bench\",\n  oops\n}\n"));
     QVERIFY(!compare->importReport(bad));
     QVERIFY(!compare->errorLabel()->isHidden());
     QVERIFY2(compare->errorLabel()->text().contains(bad + ":3:"), qPrintable(compare->errorLabel()->text()));

@@ -31,8 +31,9 @@ public:
         setWordWrap(true);
         setTextFormat(Qt::RichText);
         setMaximumWidth(420);
-        setStyleSheet(bot ? "QLabel { background: #eef1f6; border: 1px solid #cfd6e3; border-radius: 10px; padding: 7px; }"
-                          : "QLabel { background: #2f6fd0; color: white; border-radius: 10px; padding: 7px; }");
+        setStyleSheet(bot
+                ? "QLabel { background: #eef1f6; border: 1px solid #cfd6e3; border-radius: 10px; padding: 7px; }"
+                : "QLabel { background: #2f6fd0; color: white; border-radius: 10px; padding: 7px; }");
         if (bot) {
             setCursor(Qt::PointingHandCursor);
             setToolTip(QObject::tr("Click to open this reply's state handoff"));
@@ -138,12 +139,14 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     connect(m_send, &QPushButton::clicked, this, &ChatView::send);
     connect(m_probe, &QPushButton::clicked, this, &ChatView::runProbe);
     connect(m_engine, &EngineController::botReady, this, [this](qint64 step) {
-        m_botLabel->setText(m_engine->isTraining() ? tr("Chatting with a snapshot of the training weights (step %1)").arg(step)
-                                                   : tr("Chatting with the model at step %1").arg(step));
+        m_botLabel->setText(m_engine->isTraining()
+                ? tr("Chatting with a snapshot of the training weights (step %1)").arg(step)
+                : tr("Chatting with the model at step %1").arg(step));
     });
     connect(m_engine, &EngineController::replyReady, this, [this](const ChatAnswer& a) {
         m_answers.insert(a.id, a);
-        QString text = QString(a.reply.text.empty() ? tr("<i>(empty reply)</i>") : QString::fromStdString(a.reply.text).toHtmlEscaped());
+        QString text = QString(
+            a.reply.text.empty() ? tr("<i>(empty reply)</i>") : QString::fromStdString(a.reply.text).toHtmlEscaped());
         if (!a.reply.trace.unknownWords.empty()) {
             QStringList unk;
             for (const auto& w : a.reply.trace.unknownWords)
@@ -178,7 +181,8 @@ DecodeOptions ChatView::decodeOptions() const
     o.beamWidth = m_beam->value();
     o.temperature = m_temperature->value();
     o.topK = m_topK->value();
-    o.handoff = m_break->isChecked() ? static_cast<HandoffMode>(m_breakMode->currentData().toInt()) : HandoffMode::Correct;
+    o.handoff
+        = m_break->isChecked() ? static_cast<HandoffMode>(m_breakMode->currentData().toInt()) : HandoffMode::Correct;
     return o;
 }
 
@@ -201,8 +205,8 @@ void ChatView::runProbe()
 {
     QStringList questions = m_probeQuestions;
     if (questions.isEmpty())
-        questions = {"hello", "how are you?", "what is your name?", "what is an lstm?", "tell me a joke",
-            "what does the forget gate do?", "how do i start training?", "goodbye"};
+        questions = { "hello", "how are you?", "what is your name?", "what is an lstm?", "tell me a joke",
+            "what does the forget gate do?", "how do i start training?", "goodbye" };
     m_probe->setEnabled(false);
     m_probeLabel->setText(tr("probing %1 questions…").arg(questions.size()));
     m_engine->probeDiversity(questions, decodeOptions());
@@ -220,13 +224,15 @@ void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceC
     QString html = text;
     if (bot && checks) {
         auto dot = [](bool ok, const QString& what) {
-            return QString("<span style='color:%1' title='%2'>%3</span>").arg(ok ? "#1b8a3a" : "#c62828", what, ok ? "&#10004;" : "&#10008;");
+            return QString("<span style='color:%1' title='%2'>%3</span>")
+                .arg(ok ? "#1b8a3a" : "#c62828", what, ok ? "&#10004;" : "&#10008;");
         };
         html += QString("<br><small>%1 handoff %2 carried %3 step-wise</small>")
                     .arg(dot(checks->handoffEqual, tr("handoff equal")), dot(checks->stateCarried, tr("state carried")),
                         dot(checks->teacherForcedEqual, tr("step-wise == teacher-forced")));
     }
-    auto* bubble = new Bubble(html, bot, bot ? std::function<void()>([this, id] { selectAnswer(id); }) : std::function<void()>());
+    auto* bubble = new Bubble(
+        html, bot, bot ? std::function<void()>([this, id] { selectAnswer(id); }) : std::function<void()>());
     auto* row = new QHBoxLayout;
     if (!bot)
         row->addStretch();
@@ -234,5 +240,6 @@ void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceC
     if (bot)
         row->addStretch();
     m_messagesLayout->insertLayout(m_messagesLayout->count(), row);
-    QTimer::singleShot(0, this, [this] { m_scroll->verticalScrollBar()->setValue(m_scroll->verticalScrollBar()->maximum()); });
+    QTimer::singleShot(
+        0, this, [this] { m_scroll->verticalScrollBar()->setValue(m_scroll->verticalScrollBar()->maximum()); });
 }

@@ -35,8 +35,8 @@ using namespace chatbench;
 
 namespace {
 
-const QColor kPalette[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
-    QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127)};
+const QColor kPalette[] = { QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
+    QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127) };
 
 QColor colour(int i)
 {
@@ -96,7 +96,7 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     m_deviceArea->layout()->setContentsMargins(0, 0, 0, 0);
     form->addRow(tr("Devices"), m_deviceArea);
     auto* precisions = new QHBoxLayout;
-    for (const char* p : {"fp32", "bf16", "fp16", "tf32"}) {
+    for (const char* p : { "fp32", "bf16", "fp16", "tf32" }) {
         auto* b = new QCheckBox(p);
         b->setObjectName(p);
         b->setChecked(QString(p) == "fp32");
@@ -159,7 +159,8 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
 
     m_error = new QLabel;
     m_error->setWordWrap(true);
-    m_error->setStyleSheet("QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; padding: 6px; border-radius: 4px; }");
+    m_error->setStyleSheet(
+        "QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; padding: 6px; border-radius: 4px; }");
     m_error->hide();
 
     auto* left = new QVBoxLayout;
@@ -170,16 +171,18 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(340);
 
-    m_epoch = makeChart(tr("Epoch time (median, p10–p90) — speed-up vs the slowest"), QString(), tr("seconds per epoch"));
+    m_epoch
+        = makeChart(tr("Epoch time (median, p10–p90) — speed-up vs the slowest"), QString(), tr("seconds per epoch"));
     m_throughput = makeChart(tr("Training throughput vs batch size"), tr("batch size"), tr("tokens/s (train step)"));
     m_throughput->xAxis->setScaleType(QCPAxis::stLogarithmic);
     QSharedPointer<QCPAxisTickerLog> log2(new QCPAxisTickerLog);
     log2->setLogBase(2);
     m_throughput->xAxis->setTicker(log2);
     m_throughput->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
-    m_latency = makeChart(tr("Real time: batch-1 reply latency vs batch-N reply throughput"), tr("batch-1 reply latency (ms)"),
-        tr("best reply throughput (tokens/s)"));
-    m_race = makeChart(tr("Race: the same configuration trained on each device"), tr("wall-clock seconds"), tr("training loss"));
+    m_latency = makeChart(tr("Real time: batch-1 reply latency vs batch-N reply throughput"),
+        tr("batch-1 reply latency (ms)"), tr("best reply throughput (tokens/s)"));
+    m_race = makeChart(
+        tr("Race: the same configuration trained on each device"), tr("wall-clock seconds"), tr("training loss"));
     m_charts = new QWidget;
     auto* grid = new QGridLayout(m_charts);
     grid->setContentsMargins(0, 0, 0, 0);
@@ -190,8 +193,8 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
 
     m_table = new QTableWidget;
     m_table->setColumnCount(12);
-    m_table->setHorizontalHeaderLabels({tr("report"), tr("device"), tr("prec"), tr("threads"), tr("batch"), tr("unit"),
-        tr("median ms"), tr("tokens/s"), tr("GFLOP/s"), tr("% GEMM"), tr("peak MiB"), tr("energy J")});
+    m_table->setHorizontalHeaderLabels({ tr("report"), tr("device"), tr("prec"), tr("threads"), tr("batch"), tr("unit"),
+        tr("median ms"), tr("tokens/s"), tr("GFLOP/s"), tr("% GEMM"), tr("peak MiB"), tr("energy J") });
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->verticalHeader()->hide();
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -210,14 +213,17 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     connect(m_run, &QPushButton::clicked, this, &CompareView::runLocal);
     connect(m_cancel, &QPushButton::clicked, m_engine, &EngineController::stop);
     connect(importButton, &QPushButton::clicked, this, [this] {
-        const QStringList files = QFileDialog::getOpenFileNames(this, tr("Import benchmark reports"), QString(), tr("Reports (*.json)"));
+        const QStringList files
+            = QFileDialog::getOpenFileNames(this, tr("Import benchmark reports"), QString(), tr("Reports (*.json)"));
         for (const QString& f : files)
             importReport(f);
     });
     connect(exportButton, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export the selected report"), "bench-report.json", tr("Reports (*.json)"));
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export the selected report"), "bench-report.json", tr("Reports (*.json)"));
         if (!path.isEmpty())
-            Q_EMIT status(exportReport(path) ? tr("report written to %1").arg(path) : tr("could not write %1").arg(path));
+            Q_EMIT status(
+                exportReport(path) ? tr("report written to %1").arg(path) : tr("could not write %1").arg(path));
     });
     connect(removeButton, &QPushButton::clicked, this, [this] {
         const int row = m_reports->currentRow();
@@ -226,11 +232,13 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
             refresh();
         }
     });
-    for (const QString& kind : {QString("png"), QString("pdf")}) {
+    for (const QString& kind : { QString("png"), QString("pdf") }) {
         connect(kind == "png" ? chartsPng : chartsPdf, &QPushButton::clicked, this, [this, kind] {
-            const QString path = QFileDialog::getSaveFileName(this, tr("Export charts"), "compare." + kind, kind.toUpper() + " (*." + kind + ")");
+            const QString path = QFileDialog::getSaveFileName(
+                this, tr("Export charts"), "compare." + kind, kind.toUpper() + " (*." + kind + ")");
             if (!path.isEmpty())
-                Q_EMIT status(exportCharts(path) ? tr("charts written to %1").arg(path) : tr("could not write %1").arg(path));
+                Q_EMIT status(
+                    exportCharts(path) ? tr("charts written to %1").arg(path) : tr("could not write %1").arg(path));
         });
     }
     connect(m_engine, &EngineController::devicesReady, this, &CompareView::fillDevices);
@@ -247,7 +255,10 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
             return;
         }
         addReport(tr("this machine %1").arg(QDateTime::currentDateTime().toString("HH:mm")), r, true);
-        m_progressLabel->setText(tr("done: %1 timings%2").arg(r.rows.size()).arg(r.notes.empty() ? QString() : tr(" — ") + QString::fromStdString(r.notes.back())));
+        m_progressLabel->setText(
+            tr("done: %1 timings%2")
+                .arg(r.rows.size())
+                .arg(r.notes.empty() ? QString() : tr(" — ") + QString::fromStdString(r.notes.back())));
     });
     connect(m_engine, &EngineController::failed, this, [this](const QString& message, EngineController::Job job) {
         if (job != EngineController::Job::Bench)
@@ -301,7 +312,7 @@ BenchConfig CompareView::config() const
     for (int v : parseInts(m_threads->text(), &ok))
         c.threads.push_back(v);
     if (c.threads.empty())
-        c.threads = {0};
+        c.threads = { 0 };
     c.repeats = m_repeats->value();
     c.raceEpochs = m_raceEpochs->value();
     return c;
@@ -350,7 +361,7 @@ void CompareView::runLocal()
 
 void CompareView::addReport(const QString& label, const BenchReport& report, bool local)
 {
-    m_sources.append({label, report, local});
+    m_sources.append({ label, report, local });
     refresh();
 }
 
@@ -364,7 +375,8 @@ bool CompareView::importReport(const QString& path)
     }
     try {
         const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
-        const QString label = QString::fromStdString(r.label.empty() ? QFileInfo(path).baseName().toStdString() : r.label);
+        const QString label
+            = QString::fromStdString(r.label.empty() ? QFileInfo(path).baseName().toStdString() : r.label);
         addReport(label, r, false);
         m_error->hide();
         Q_EMIT status(tr("imported %1 (%2 timings)").arg(path).arg(r.rows.size()));
@@ -416,7 +428,8 @@ void CompareView::refresh()
     // Reports list.
     m_reports->clear();
     for (const auto& s : m_sources)
-        m_reports->addItem(QString("%1%2 — %3 timings").arg(s.label, s.local ? tr(" (local)") : QString()).arg(s.report.rows.size()));
+        m_reports->addItem(
+            QString("%1%2 — %3 timings").arg(s.label, s.local ? tr(" (local)") : QString()).arg(s.report.rows.size()));
 
     // Table.
     m_table->setSortingEnabled(false);
@@ -532,7 +545,7 @@ void CompareView::refresh()
                 g->setName(name);
                 g->setLineStyle(QCPGraph::lsNone);
                 g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QPen(colour(gi)), QBrush(colour(gi)), 10));
-                g->setData(QVector<double>{latency}, QVector<double>{best});
+                g->setData(QVector<double> { latency }, QVector<double> { best });
                 maxLatency = std::max(maxLatency, latency);
                 maxThroughput = std::max(maxThroughput, best);
             }
@@ -541,7 +554,8 @@ void CompareView::refresh()
     }
     m_throughput->rescaleAxes();
     if (m_throughput->graphCount() > 0) {
-        m_throughput->xAxis->setRange(m_throughput->xAxis->range().lower / 1.5, m_throughput->xAxis->range().upper * 1.5);
+        m_throughput->xAxis->setRange(
+            m_throughput->xAxis->range().lower / 1.5, m_throughput->xAxis->range().upper * 1.5);
         m_throughput->yAxis->setRange(0, m_throughput->yAxis->range().upper * 1.15);
     }
     m_throughput->replot();

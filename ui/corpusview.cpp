@@ -72,8 +72,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     openFolderButton->setShortcut(QKeySequence("Ctrl+Shift+O"));
     auto* reload = new QPushButton(tr("Reload"));
     m_format = new QComboBox;
-    for (auto f : {CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
-             CorpusFormat::Cornell, CorpusFormat::DialogText})
+    for (auto f : { CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
+             CorpusFormat::Cornell, CorpusFormat::DialogText })
         m_format->addItem(QString::fromStdString(formatName(f)), static_cast<int>(f));
     m_latin1 = new QCheckBox(tr("Latin-1"));
     m_mode = new QComboBox;
@@ -98,7 +98,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_error = new QLabel;
     m_error->setWordWrap(true);
     m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_error->setStyleSheet("QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; padding: 6px; border-radius: 4px; }");
+    m_error->setStyleSheet(
+        "QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; padding: 6px; border-radius: 4px; }");
     m_error->hide();
 
     auto* stats = new QFormLayout;
@@ -208,8 +209,8 @@ void CorpusView::openFile()
 
 void CorpusView::openFolder()
 {
-    const QString path = QFileDialog::getExistingDirectory(this, tr("Open a corpus folder (chatterbot YAML or Cornell)"),
-        QFileInfo(m_path).absolutePath());
+    const QString path = QFileDialog::getExistingDirectory(
+        this, tr("Open a corpus folder (chatterbot YAML or Cornell)"), QFileInfo(m_path).absolutePath());
     if (!path.isEmpty())
         load(path);
 }

@@ -14,8 +14,7 @@ using namespace chatbench;
 namespace {
 
 // Runs `job` and turns anything it throws into one message for `failed`.
-template <typename Job, typename Fail>
-void guarded(Job&& job, Fail&& fail)
+template <typename Job, typename Fail> void guarded(Job&& job, Fail&& fail)
 {
     try {
         job();
@@ -41,7 +40,8 @@ public:
 
     void probeDevices()
     {
-        guarded([&] { Q_EMIT devicesReady(listDevices()); }, [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Devices); });
+        guarded([&] { Q_EMIT devicesReady(listDevices()); },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Devices); });
     }
 
     void loadCorpus(const CorpusRequest& req)
@@ -85,13 +85,14 @@ public:
     {
         if (!m_corpus) {
             Q_EMIT failed(tr("Load a corpus before training."), EngineController::Job::Training);
-            Q_EMIT trainingFinished(TrainResult{TrainStatus::Cancelled}, runDir);
+            Q_EMIT trainingFinished(TrainResult { TrainStatus::Cancelled }, runDir);
             return;
         }
         cfg.corpus = m_corpusPath.toStdString();
         cfg.corpusFormat = m_corpus->format;
         cfg.latin1 = m_latin1;
-        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::train(cfg, *m_corpus, runDir.toStdString(), cb); });
+        run(runDir,
+            [&](const TrainCallbacks& cb) { return chatbench::train(cfg, *m_corpus, runDir.toStdString(), cb); });
     }
 
     void resume(const QString& runDir, int epochs)
@@ -111,10 +112,11 @@ public:
             },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
         if (!m_corpus) {
-            Q_EMIT trainingFinished(TrainResult{TrainStatus::Cancelled}, runDir);
+            Q_EMIT trainingFinished(TrainResult { TrainStatus::Cancelled }, runDir);
             return;
         }
-        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), *m_corpus, cb, epochs); });
+        run(runDir,
+            [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), *m_corpus, cb, epochs); });
     }
 
     void loadRun(const QString& runDir)
@@ -137,7 +139,8 @@ public:
         BenchReport report;
         bool ok = false;
         if (!m_corpus) {
-            Q_EMIT failed(tr("Load a corpus before benchmarking: the timings train and answer on it."), EngineController::Job::Bench);
+            Q_EMIT failed(tr("Load a corpus before benchmarking: the timings train and answer on it."),
+                EngineController::Job::Bench);
         } else {
             m_cancel->store(false);
             BenchCallbacks cb;
@@ -174,8 +177,7 @@ Q_SIGNALS:
     void failed(const QString& message, EngineController::Job job);
 
 private:
-    template <typename Fn>
-    void run(const QString& runDir, Fn&& fn)
+    template <typename Fn> void run(const QString& runDir, Fn&& fn)
     {
         m_cancel->store(false);
         TrainCallbacks cb;
@@ -215,7 +217,8 @@ public:
     void reply(quint64 id, const QString& text, const DecodeOptions& opt)
     {
         if (!m_bot) {
-            Q_EMIT failed(tr("There is no model to chat with yet: train one or open a saved run."), EngineController::Job::Chat);
+            Q_EMIT failed(
+                tr("There is no model to chat with yet: train one or open a saved run."), EngineController::Job::Chat);
             return;
         }
         guarded(
@@ -233,7 +236,8 @@ public:
     void probe(const QStringList& questions, const DecodeOptions& opt)
     {
         if (!m_bot) {
-            Q_EMIT failed(tr("There is no model to probe yet: train one or open a saved run."), EngineController::Job::Chat);
+            Q_EMIT failed(
+                tr("There is no model to probe yet: train one or open a saved run."), EngineController::Job::Chat);
             return;
         }
         guarded(
@@ -309,7 +313,7 @@ EngineController::EngineController(QObject* parent)
         if (ok)
             Q_EMIT benchFinished(r);
         else
-            Q_EMIT benchFinished(BenchReport{});
+            Q_EMIT benchFinished(BenchReport {});
     });
     connect(m_engine, &EngineWorker::log, this, &EngineController::log);
     connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
@@ -327,7 +331,8 @@ EngineController::EngineController(QObject* parent)
     m_chatThread.setObjectName("chatbench-chat");
     m_engineThread.start();
     m_chatThread.start();
-    QMetaObject::invokeMethod(m_engine, [w = m_engine] { w->probeDevices(); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine] { w->probeDevices(); }, Qt::QueuedConnection);
 }
 
 EngineController::~EngineController()
@@ -341,7 +346,8 @@ EngineController::~EngineController()
 
 void EngineController::loadCorpus(const CorpusRequest& request)
 {
-    QMetaObject::invokeMethod(m_engine, [w = m_engine, request] { w->loadCorpus(request); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine, request] { w->loadCorpus(request); }, Qt::QueuedConnection);
 }
 
 void EngineController::startTraining(const TrainConfig& config, const QString& runDir)
@@ -350,7 +356,8 @@ void EngineController::startTraining(const TrainConfig& config, const QString& r
         return;
     m_training = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(m_engine, [w = m_engine, config, runDir] { w->train(config, runDir); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine, config, runDir] { w->train(config, runDir); }, Qt::QueuedConnection);
 }
 
 void EngineController::resume(const QString& runDir, int epochs)
@@ -359,7 +366,8 @@ void EngineController::resume(const QString& runDir, int epochs)
         return;
     m_training = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); }, Qt::QueuedConnection);
 }
 
 void EngineController::runBench(const BenchConfig& config)
@@ -370,7 +378,8 @@ void EngineController::runBench(const BenchConfig& config)
     }
     m_benchmarking = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(m_engine, [w = m_engine, config] { w->bench(config); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine, config] { w->bench(config); }, Qt::QueuedConnection);
 }
 
 void EngineController::stop()
@@ -380,19 +389,22 @@ void EngineController::stop()
 
 void EngineController::loadRun(const QString& runDir)
 {
-    QMetaObject::invokeMethod(m_engine, [w = m_engine, runDir] { w->loadRun(runDir); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine, runDir] { w->loadRun(runDir); }, Qt::QueuedConnection);
 }
 
 quint64 EngineController::chat(const QString& text, const DecodeOptions& options)
 {
     const quint64 id = m_nextId++;
-    QMetaObject::invokeMethod(m_chat, [w = m_chat, id, text, options] { w->reply(id, text, options); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_chat, [w = m_chat, id, text, options] { w->reply(id, text, options); }, Qt::QueuedConnection);
     return id;
 }
 
 void EngineController::probeDiversity(const QStringList& questions, const DecodeOptions& options)
 {
-    QMetaObject::invokeMethod(m_chat, [w = m_chat, questions, options] { w->probe(questions, options); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_chat, [w = m_chat, questions, options] { w->probe(questions, options); }, Qt::QueuedConnection);
 }
 
 #include "enginecontroller.moc"

@@ -42,12 +42,12 @@ struct CorpusRequest {
 
 struct CorpusSummary {
     CorpusRequest request;
-    QString format;                 // the format actually used
+    QString format; // the format actually used
     int files = 0;
     int pairs = 0;
-    int vocabulary = 0;             // words kept at the requested min frequency (specials included)
-    double oovRate = 0;             // on the validation split
-    QVector<double> promptLengths;  // histogram: index = words, value = pairs
+    int vocabulary = 0; // words kept at the requested min frequency (specials included)
+    double oovRate = 0; // on the validation split
+    QVector<double> promptLengths; // histogram: index = words, value = pairs
     QVector<double> responseLengths;
     QStringList warnings;
     std::shared_ptr<const std::vector<chatbench::Pair>> data; // all pairs, for the preview
@@ -60,10 +60,10 @@ struct RunSummary {
 };
 
 struct ChatAnswer {
-    quint64 id = 0;      // the request's id
+    quint64 id = 0; // the request's id
     QString prompt;
     chatbench::Reply reply;
-    qint64 botStep = 0;  // training step of the weights that answered
+    qint64 botStep = 0; // training step of the weights that answered
 };
 
 struct ProbeResult {

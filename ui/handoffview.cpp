@@ -89,10 +89,7 @@ void fillHeatmap(QCustomPlot* plot, const std::vector<std::vector<float>>& colum
 // Encoder tokens → (h, c) → decoder steps, one box each, painted in a scrollable strip.
 class HandoffStrip : public QWidget {
 public:
-    HandoffStrip()
-    {
-        setMinimumHeight(96);
-    }
+    HandoffStrip() { setMinimumHeight(96); }
 
     void setReply(const Reply* r)
     {
@@ -163,7 +160,8 @@ protected:
         const double hn = t.encoderFinal.empty() ? 0 : norm(t.encoderFinal.back().h);
         const double cn = t.encoderFinal.empty() ? 0 : norm(t.encoderFinal.back().c);
         const int hx = x;
-        box(QString("(h, c)  |h| %1  |c| %2").arg(hn, 0, 'f', 2).arg(cn, 0, 'f', 2), QColor(235, 225, 250), QColor(130, 90, 180));
+        box(QString("(h, c)  |h| %1  |c| %2").arg(hn, 0, 'f', 2).arg(cn, 0, 'f', 2), QColor(235, 225, 250),
+            QColor(130, 90, 180));
         p.setPen(Qt::darkGray);
         p.drawText(hx, 20, tr("encoder final state"));
         const int ax = x;
@@ -298,12 +296,14 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
         tr("state carried\nmax |in(t) − out(t−1)| = %1").arg(c.carriedMaxDiff, 0, 'g', 3),
         tr("step-wise = teacher-forced\nmax |Δlogit| = %1").arg(c.teacherForcedMaxDiff, 0, 'g', 3),
     };
-    const bool pass[3] = {c.handoffEqual, c.stateCarried, c.teacherForcedEqual};
+    const bool pass[3] = { c.handoffEqual, c.stateCarried, c.teacherForcedEqual };
     for (int i = 0; i < 3; ++i) {
         m_pass[i] = pass[i];
         m_badges[i]->setText((pass[i] ? QString::fromUtf8("✔ ") : QString::fromUtf8("✘ ")) + texts[i]);
-        m_badges[i]->setStyleSheet(pass[i] ? "QLabel { background: #d8f3dc; color: #1b5e20; border: 1px solid #8fd19e; border-radius: 6px; padding: 4px; }"
-                                           : "QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; border-radius: 6px; padding: 4px; }");
+        m_badges[i]->setStyleSheet(pass[i] ? "QLabel { background: #d8f3dc; color: #1b5e20; border: 1px solid #8fd19e; "
+                                             "border-radius: 6px; padding: 4px; }"
+                                           : "QLabel { background: #fde2e1; color: #8a1c13; border: 1px solid #e8a39d; "
+                                             "border-radius: 6px; padding: 4px; }");
     }
     m_strip->setReply(&m_reply);
 
@@ -341,7 +341,8 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
         gg << mean(s.cellGate);
         go << mean(s.outputGate);
     }
-    auto line = [](QCustomPlot* p, const QString& name, const QVector<double>& xs, const QVector<double>& ys, const QColor& c) {
+    auto line = [](QCustomPlot* p, const QString& name, const QVector<double>& xs, const QVector<double>& ys,
+                    const QColor& c) {
         auto* g = p->addGraph();
         g->setName(name);
         g->setPen(QPen(c, 2));
@@ -354,7 +355,7 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
     line(m_gates, tr("forget gate σ(f)"), gx, gf, QColor(210, 120, 20));
     line(m_gates, tr("cell candidate tanh(g)"), gx, gg, QColor(120, 120, 120));
     line(m_gates, tr("output gate σ(o)"), gx, go, QColor(40, 100, 200));
-    for (auto* p : {m_norms, m_gates}) {
+    for (auto* p : { m_norms, m_gates }) {
         p->rescaleAxes();
         p->xAxis->setRange(p->xAxis->range().lower - 0.5, p->xAxis->range().upper + 0.5);
         p->replot();

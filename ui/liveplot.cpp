@@ -7,8 +7,8 @@
 #include <QFile>
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QSlider>
 #include <QSaveFile>
+#include <QSlider>
 #include <QTextStream>
 #include <QVBoxLayout>
 
@@ -31,7 +31,7 @@ LivePlot::LivePlot(QWidget* parent)
     auto* bar = new QHBoxLayout;
     bar->addWidget(new QLabel(tr("x axis")));
     m_xAxis = new QComboBox;
-    m_xAxis->addItems({tr("step"), tr("epoch"), tr("wall time (s)")});
+    m_xAxis->addItems({ tr("step"), tr("epoch"), tr("wall time (s)") });
     bar->addWidget(m_xAxis);
     m_logY = new QCheckBox(tr("log y"));
     bar->addWidget(m_logY);
@@ -99,7 +99,7 @@ LivePlot::LivePlot(QWidget* parent)
     connect(m_logY, &QCheckBox::toggled, this, &LivePlot::setLogY);
     connect(m_smooth, &QSlider::valueChanged, this, &LivePlot::setSmoothing);
     // Dragging or wheeling stops the auto-fit; a double click brings it back.
-    for (auto* p : {m_loss, m_speed}) {
+    for (auto* p : { m_loss, m_speed }) {
         connect(p, &QCustomPlot::mouseWheel, this, [this] { m_userZoomed = true; });
         connect(p, &QCustomPlot::mousePress, this, [this] { m_userZoomed = true; });
         connect(p, &QCustomPlot::mouseDoubleClick, this, [this] {
@@ -164,7 +164,7 @@ void LivePlot::setSmoothing(int percent)
 void LivePlot::addStep(const chatbench::StepMetrics& m)
 {
     const double step = static_cast<double>(m.step);
-    const Point p{step, step / m_stepsPerEpoch, m.elapsedSeconds, m.loss, m.tokensPerSecond};
+    const Point p { step, step / m_stepsPerEpoch, m.elapsedSeconds, m.loss, m.tokensPerSecond };
     m_steps.push_back(p);
     Point s = p;
     s.value = m_smoothed.isEmpty() ? m.loss : m_alpha * m_smoothed.back().value + (1 - m_alpha) * m.loss;
@@ -175,8 +175,8 @@ void LivePlot::addStep(const chatbench::StepMetrics& m)
 void LivePlot::addEpoch(const chatbench::EpochMetrics& m)
 {
     const double step = static_cast<double>(m.step);
-    m_epochs.push_back({step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.validationLoss, m.perplexity});
-    m_epochTrain.push_back({step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.trainLoss, 0});
+    m_epochs.push_back({ step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.validationLoss, m.perplexity });
+    m_epochTrain.push_back({ step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.trainLoss, 0 });
     scheduleReplot();
 }
 
@@ -185,12 +185,13 @@ void LivePlot::setOverlay(const QString& name, const std::vector<chatbench::Epoc
     for (int i = m_loss->graphCount() - 1; i >= m_fixedGraphs; --i)
         if (m_loss->graph(i)->property("overlay").toString() == name)
             m_loss->removeGraph(i);
-    static const QColor colors[] = {QColor(130, 130, 130), QColor(170, 110, 60), QColor(90, 140, 140), QColor(150, 100, 150)};
+    static const QColor colors[]
+        = { QColor(130, 130, 130), QColor(170, 110, 60), QColor(90, 140, 140), QColor(150, 100, 150) };
     const QColor c = colors[(m_loss->graphCount() - m_fixedGraphs) % 4];
     QVector<Point> pts;
     for (const auto& m : history) {
         const double v = std::isfinite(m.validationLoss) ? m.validationLoss : m.trainLoss;
-        pts.push_back({static_cast<double>(m.step), static_cast<double>(m.epoch + 1), m.elapsedSeconds, v, 0});
+        pts.push_back({ static_cast<double>(m.step), static_cast<double>(m.epoch + 1), m.elapsedSeconds, v, 0 });
     }
     auto* g = m_loss->addGraph();
     g->setName(name);
@@ -305,7 +306,8 @@ bool LivePlot::exportCsv(const QString& path)
     for (const auto& p : m_steps)
         out << "train_step," << p.step << ',' << p.epoch << ',' << p.time << ',' << p.value << ',' << p.extra << '\n';
     for (const auto& p : m_epochs)
-        out << "validation_epoch," << p.step << ',' << p.epoch << ',' << p.time << ',' << p.value << ',' << p.extra << '\n';
+        out << "validation_epoch," << p.step << ',' << p.epoch << ',' << p.time << ',' << p.value << ',' << p.extra
+            << '\n';
     out.flush();
     return f.commit();
 }

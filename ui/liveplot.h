@@ -71,9 +71,9 @@ private:
     QSlider* m_smooth = nullptr;
     QLabel* m_smoothLabel = nullptr;
     QTimer m_timer;
-    QVector<Point> m_steps;   // value = loss, extra = tokens/s
+    QVector<Point> m_steps; // value = loss, extra = tokens/s
     QVector<Point> m_smoothed;
-    QVector<Point> m_epochs;  // value = validation loss, extra = perplexity
+    QVector<Point> m_epochs; // value = validation loss, extra = perplexity
     QVector<Point> m_epochTrain;
     XAxis m_axis = XAxis::Step;
     double m_alpha = 0.9;

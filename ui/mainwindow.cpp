@@ -46,7 +46,9 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     QSettings settings;
     QString runs = runsDir;
     if (runs.isEmpty())
-        runs = settings.value("runsDir", QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs").toString();
+        runs = settings
+                   .value("runsDir", QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs")
+                   .toString();
     m_train->setRunsDir(runs);
     if (settings.contains("trainConfig")) {
         try {
@@ -74,7 +76,8 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     run->addAction(tr("&Resume"), QKeySequence("Ctrl+R"), m_train, &TrainView::resumeTraining);
     auto* view = menuBar()->addMenu(tr("&View"));
     for (int i = 0; i < m_tabs->count(); ++i)
-        view->addAction(m_tabs->tabText(i).remove('&'), QKeySequence(QString("Alt+%1").arg(i + 1)), this, [this, i] { m_tabs->setCurrentIndex(i); });
+        view->addAction(m_tabs->tabText(i).remove('&'), QKeySequence(QString("Alt+%1").arg(i + 1)), this,
+            [this, i] { m_tabs->setCurrentIndex(i); });
     // The buttons carry the same shortcuts for their tooltips; the menu owns them.
     m_train->trainButton()->setShortcut({});
     m_train->stopButton()->setShortcut({});
@@ -99,7 +102,8 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     connect(m_compare, &CompareView::status, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
     connect(m_engine, &EngineController::devicesReady, this, [this] {
         const auto& d = m_engine->devices();
-        m_statusDevice->setText(d.size() > 1 ? tr("%1 CUDA device(s)").arg(d.size() - 1) : tr("CPU only (no CUDA device)"));
+        m_statusDevice->setText(
+            d.size() > 1 ? tr("%1 CUDA device(s)").arg(d.size() - 1) : tr("CPU only (no CUDA device)"));
     });
     connect(m_corpus, &CorpusView::loaded, this, [this](const QString& path, int pairs) {
         statusBar()->showMessage(tr("loaded %1 pairs from %2").arg(pairs).arg(path), 8000);
@@ -107,11 +111,13 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     });
     connect(m_engine, &EngineController::corpusLoaded, this, [this](const CorpusSummary& s) {
         QStringList questions;
-        for (size_t i = 0; s.data && i < s.data->size() && questions.size() < 20; i += std::max<size_t>(1, s.data->size() / 20))
+        for (size_t i = 0; s.data && i < s.data->size() && questions.size() < 20;
+             i += std::max<size_t>(1, s.data->size() / 20))
             questions << QString::fromStdString((*s.data)[i].prompt);
         m_chat->setProbeQuestions(questions);
     });
-    connect(m_engine, &EngineController::trainingStarted, this, [this](const QString& dir) { QSettings().setValue("lastRun", dir); });
+    connect(m_engine, &EngineController::trainingStarted, this,
+        [this](const QString& dir) { QSettings().setValue("lastRun", dir); });
     connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
         QSettings().setValue("lastRun", r.runDir);
         statusBar()->showMessage(tr("opened run %1").arg(r.runDir), 8000);

@@ -108,7 +108,8 @@ int ScreenshotTour::run()
 
     // 3. Chat, with the handoff view of the last reply.
     tabs->setCurrentWidget(chat);
-    for (const QString& q : {QString("hello"), QString("what does the forget gate do?"), QString("how do i resume training?")}) {
+    for (const QString& q :
+        { QString("hello"), QString("what does the forget gate do?"), QString("how do i resume training?") }) {
         chat->ask(q);
         ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     }

@@ -14,7 +14,8 @@ class ScreenshotTour : public QObject {
 
 public:
     // `reports`: benchmark reports to import into the Compare view next to this machine's run.
-    ScreenshotTour(MainWindow* window, const QString& outDir, const QStringList& reports = {}, QObject* parent = nullptr);
+    ScreenshotTour(
+        MainWindow* window, const QString& outDir, const QStringList& reports = {}, QObject* parent = nullptr);
     // Runs the tour to the end; returns 0 when every step happened, 1 otherwise.
     int run();
 

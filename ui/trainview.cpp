@@ -76,7 +76,7 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     form->addRow(tr("Batch size"), m_batch = spin(1, 65536, tr("Pairs per optimizer step")));
     form->addRow(tr("Learning rate"), m_lr = dspin(0.00001, 10, 5, 0.0005, tr("Optimizer step size")));
     m_optimizer = new QComboBox;
-    m_optimizer->addItems({"adam", "rmsprop", "sgd"});
+    m_optimizer->addItems({ "adam", "rmsprop", "sgd" });
     form->addRow(tr("Optimizer"), m_optimizer);
     form->addRow(tr("Embedding"), m_embed = spin(1, 8192, tr("Embedding width")));
     form->addRow(tr("LSTM units"), m_hidden = spin(1, 8192, tr("Hidden size H of every LSTM layer")));
@@ -84,7 +84,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     form->addRow(tr("Dropout"), m_dropout = dspin(0, 0.95, 2, 0.05, tr("Between layers and on embeddings")));
     form->addRow(tr("Attention"), m_attention = new QCheckBox(tr("Luong (general)")));
     form->addRow(tr("Embeddings"), m_shared = new QCheckBox(tr("shared by encoder and decoder")));
-    form->addRow(tr("Teacher forcing"), m_teacher = dspin(0, 1, 2, 0.05, tr("Probability of feeding the true previous token")));
+    form->addRow(
+        tr("Teacher forcing"), m_teacher = dspin(0, 1, 2, 0.05, tr("Probability of feeding the true previous token")));
     form->addRow(tr("Gradient clip"), m_clip = dspin(0, 1000, 2, 0.5, tr("Gradient-norm clipping; 0 = off")));
     form->addRow(tr("Early stop"), m_patience = spin(0, 10000, tr("Epochs without a better validation loss; 0 = off")));
     form->addRow(tr("Validation"), m_valFraction = dspin(0, 0.9, 2, 0.05, tr("Fraction of pairs held out")));
@@ -151,12 +152,12 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_plot = new LivePlot;
     auto* exportBar = new QHBoxLayout;
     exportBar->addStretch();
-    for (const QString& kind : {QString("PNG"), QString("PDF"), QString("CSV")}) {
+    for (const QString& kind : { QString("PNG"), QString("PDF"), QString("CSV") }) {
         auto* b = new QPushButton(tr("Export %1").arg(kind));
         exportBar->addWidget(b);
         connect(b, &QPushButton::clicked, this, [this, kind] {
-            const QString path = QFileDialog::getSaveFileName(this, tr("Export curves"), "curves." + kind.toLower(),
-                kind + " (*." + kind.toLower() + ")");
+            const QString path = QFileDialog::getSaveFileName(
+                this, tr("Export curves"), "curves." + kind.toLower(), kind + " (*." + kind.toLower() + ")");
             if (path.isEmpty())
                 return;
             const bool ok = kind == "CSV" ? m_plot->exportCsv(path) : m_plot->exportImage(path);
@@ -173,7 +174,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     layout->addWidget(leftWidget);
     layout->addWidget(rightWidget, 1);
 
-    connect(m_preset, &QComboBox::currentIndexChanged, this, [this] { applyPreset(m_preset->currentData().toString()); });
+    connect(
+        m_preset, &QComboBox::currentIndexChanged, this, [this] { applyPreset(m_preset->currentData().toString()); });
     connect(m_device, &QComboBox::currentIndexChanged, this, &TrainView::updatePrecisions);
     connect(m_train, &QPushButton::clicked, this, &TrainView::startTraining);
     connect(m_stop, &QPushButton::clicked, this, &TrainView::stopTraining);
@@ -184,7 +186,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
         refreshRunHistory();
     });
     // The tokenizer options set in the Corpus tab are the ones training uses.
-    connect(m_engine, &EngineController::corpusLoaded, this, [this](const CorpusSummary& s) { m_base.tokenizer = s.request.tokenizer; });
+    connect(m_engine, &EngineController::corpusLoaded, this,
+        [this](const CorpusSummary& s) { m_base.tokenizer = s.request.tokenizer; });
     connect(m_engine, &EngineController::stepDone, m_plot, &LivePlot::addStep);
     connect(m_engine, &EngineController::epochDone, m_plot, &LivePlot::addEpoch);
     connect(m_engine, &EngineController::progress, this, [this](const TrainProgress& p) {
@@ -200,7 +203,9 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     });
     connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString&) {
         setRunning(false);
-        const QString what = r.status == TrainStatus::Cancelled ? tr("stopped") : r.status == TrainStatus::EarlyStopped ? tr("stopped early") : tr("finished");
+        const QString what = r.status == TrainStatus::Cancelled ? tr("stopped")
+            : r.status == TrainStatus::EarlyStopped             ? tr("stopped early")
+                                                                : tr("finished");
         m_eta->setText(tr("%1 after %2 epoch(s), %3 steps on %4 %5")
                            .arg(what)
                            .arg(r.epochsDone)
@@ -261,7 +266,8 @@ TrainConfig TrainView::config() const
     c.seed = static_cast<uint64_t>(m_seed->value());
     c.device = m_device->currentData().toString().isEmpty() ? "cpu" : m_device->currentData().toString().toStdString();
     c.threads = m_threads->value();
-    c.precision = *parsePrecision(m_precision->currentData().toString().isEmpty() ? "fp32" : m_precision->currentData().toString().toStdString());
+    c.precision = *parsePrecision(
+        m_precision->currentData().toString().isEmpty() ? "fp32" : m_precision->currentData().toString().toStdString());
     return c;
 }
 
@@ -308,10 +314,16 @@ void TrainView::fillDevices()
     for (const auto& d : m_engine->devices()) {
         const double gib = static_cast<double>(d.memoryBytes) / (1 << 30);
         if (d.id == "cpu") {
-            m_device->addItem(tr("CPU — %1 (%2 threads, %3 GiB)").arg(QString::fromStdString(d.name)).arg(d.threads).arg(gib, 0, 'f', 0), "cpu");
+            m_device->addItem(tr("CPU — %1 (%2 threads, %3 GiB)")
+                                  .arg(QString::fromStdString(d.name))
+                                  .arg(d.threads)
+                                  .arg(gib, 0, 'f', 0),
+                "cpu");
         } else {
             anyCuda = true;
-            m_device->addItem(tr("%1 — %2 (%3 GiB)").arg(QString::fromStdString(d.id), QString::fromStdString(d.name)).arg(gib, 0, 'f', 1),
+            m_device->addItem(tr("%1 — %2 (%3 GiB)")
+                                  .arg(QString::fromStdString(d.id), QString::fromStdString(d.name))
+                                  .arg(gib, 0, 'f', 1),
                 QString::fromStdString(d.id));
         }
     }
@@ -324,7 +336,8 @@ void TrainView::fillDevices()
     const int i = m_device->findData(wanted);
     m_device->setCurrentIndex(i >= 0 ? i : 0);
     m_deviceNote->setText(anyCuda ? tr("CUDA devices found: pick one above.")
-                                  : tr("No CUDA GPU on this machine: training runs on the CPU. CUDA entries appear here when a GPU and driver are present."));
+                                  : tr("No CUDA GPU on this machine: training runs on the CPU. CUDA entries appear "
+                                       "here when a GPU and driver are present."));
     updatePrecisions();
 }
 
@@ -409,7 +422,8 @@ void TrainView::startTraining()
         Q_EMIT status(QString::fromStdString(e.what()));
         return;
     }
-    const QString name = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") + "-" + QString::fromStdString(cfg.preset);
+    const QString name
+        = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") + "-" + QString::fromStdString(cfg.preset);
     QString dir = QDir(m_runsDir).filePath(name);
     for (int n = 2; QFileInfo::exists(dir); ++n)
         dir = QDir(m_runsDir).filePath(name + "-" + QString::number(n));

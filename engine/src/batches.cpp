@@ -13,8 +13,8 @@ void shuffle(std::vector<size_t>& v, std::mt19937_64& rng)
 }
 } // namespace
 
-std::vector<Example> makeExamples(const std::vector<Pair>& pairs, const Tokenizer& tok, const ModelConfig& cfg,
-    int64_t* skipped)
+std::vector<Example> makeExamples(
+    const std::vector<Pair>& pairs, const Tokenizer& tok, const ModelConfig& cfg, int64_t* skipped)
 {
     std::vector<Example> out;
     out.reserve(pairs.size());
@@ -45,8 +45,8 @@ std::vector<Example> makeExamples(const std::vector<Pair>& pairs, const Tokenize
     return out;
 }
 
-std::vector<std::vector<size_t>> planBatches(const std::vector<Example>& examples, int batchSize, bool bucketing,
-    uint64_t seed)
+std::vector<std::vector<size_t>> planBatches(
+    const std::vector<Example>& examples, int batchSize, bool bucketing, uint64_t seed)
 {
     std::mt19937_64 rng(seed);
     std::vector<size_t> idx(examples.size());
@@ -59,18 +59,18 @@ std::vector<std::vector<size_t>> planBatches(const std::vector<Example>& example
         const size_t pool = B * 50;
         for (size_t start = 0; start < idx.size(); start += pool) {
             const size_t end = std::min(idx.size(), start + pool);
-            std::stable_sort(idx.begin() + static_cast<long>(start), idx.begin() + static_cast<long>(end),
-                [&](size_t a, size_t b) {
+            std::stable_sort(
+                idx.begin() + static_cast<long>(start), idx.begin() + static_cast<long>(end), [&](size_t a, size_t b) {
                     const auto& ea = examples[a];
                     const auto& eb = examples[b];
                     return ea.source.size() != eb.source.size() ? ea.source.size() < eb.source.size()
-                                                                 : ea.target.size() < eb.target.size();
+                                                                : ea.target.size() < eb.target.size();
                 });
         }
     }
     for (size_t start = 0; start < idx.size(); start += B)
-        batches.emplace_back(idx.begin() + static_cast<long>(start),
-            idx.begin() + static_cast<long>(std::min(idx.size(), start + B)));
+        batches.emplace_back(
+            idx.begin() + static_cast<long>(start), idx.begin() + static_cast<long>(std::min(idx.size(), start + B)));
     if (bucketing) {
         std::vector<size_t> order(batches.size());
         for (size_t i = 0; i < order.size(); ++i)
@@ -93,10 +93,10 @@ Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& i
         S = std::max<int64_t>(S, static_cast<int64_t>(examples[i].source.size()));
         T = std::max<int64_t>(T, static_cast<int64_t>(examples[i].target.size()) - 1);
     }
-    auto src = torch::zeros({B, S}, torch::kInt64);
-    auto len = torch::zeros({B}, torch::kInt64);
-    auto in = torch::zeros({B, T}, torch::kInt64);
-    auto tgt = torch::zeros({B, T}, torch::kInt64);
+    auto src = torch::zeros({ B, S }, torch::kInt64);
+    auto len = torch::zeros({ B }, torch::kInt64);
+    auto in = torch::zeros({ B, T }, torch::kInt64);
+    auto tgt = torch::zeros({ B, T }, torch::kInt64);
     auto s = src.accessor<int64_t, 2>();
     auto l = len.accessor<int64_t, 1>();
     auto ia = in.accessor<int64_t, 2>();

@@ -21,22 +21,22 @@ struct Example {
 };
 
 // Pairs whose prompt or response has no words are skipped and counted in `skipped`.
-std::vector<Example> makeExamples(const std::vector<Pair>& pairs, const Tokenizer& tok, const ModelConfig& cfg,
-    int64_t* skipped = nullptr);
+std::vector<Example> makeExamples(
+    const std::vector<Pair>& pairs, const Tokenizer& tok, const ModelConfig& cfg, int64_t* skipped = nullptr);
 
 // Index lists, one per batch. With bucketing, pairs are shuffled, cut into pools of 50 batches,
 // each pool sorted by length and cut into batches, and the batch order shuffled; without it,
 // a plain shuffle. The same seed gives the same plan.
-std::vector<std::vector<size_t>> planBatches(const std::vector<Example>& examples, int batchSize, bool bucketing,
-    uint64_t seed);
+std::vector<std::vector<size_t>> planBatches(
+    const std::vector<Example>& examples, int batchSize, bool bucketing, uint64_t seed);
 
 struct Batch {
-    torch::Tensor source;  // (B, S) int64, 0-padded to this batch's longest prompt
+    torch::Tensor source; // (B, S) int64, 0-padded to this batch's longest prompt
     torch::Tensor lengths; // (B) int64 on the CPU
-    torch::Tensor input;   // (B, T) decoder input: target without its last token
-    torch::Tensor target;  // (B, T) decoder target: target without <start>
-    torch::Tensor mask;    // (B, T) bool, true where target is a real token
-    int64_t tokens = 0;    // real target tokens (mask.sum())
+    torch::Tensor input; // (B, T) decoder input: target without its last token
+    torch::Tensor target; // (B, T) decoder target: target without <start>
+    torch::Tensor mask; // (B, T) bool, true where target is a real token
+    int64_t tokens = 0; // real target tokens (mask.sum())
 };
 
 Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& indices, const torch::Device& device);

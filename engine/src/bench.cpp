@@ -4,8 +4,8 @@
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
-#include "model.h"
 #include "jsondoc.h"
+#include "model.h"
 #include "text.h"
 #include "torchutil.h"
 
@@ -36,8 +36,8 @@ double lstmFlops(int layers, int64_t input, int64_t hidden, int64_t batch, int64
     double total = 0;
     for (int l = 0; l < layers; ++l) {
         const double in = l == 0 ? static_cast<double>(input) : static_cast<double>(hidden);
-        total += 2.0 * 4.0 * static_cast<double>(hidden) * (in + static_cast<double>(hidden)) * static_cast<double>(batch)
-            * static_cast<double>(steps);
+        total += 2.0 * 4.0 * static_cast<double>(hidden) * (in + static_cast<double>(hidden))
+            * static_cast<double>(batch) * static_cast<double>(steps);
     }
     return total;
 }
@@ -48,9 +48,9 @@ double seq2seqForwardFlops(const ModelConfig& m, int64_t B, int64_t S, int64_t T
     double f = lstmFlops(m.layers, m.embedDim, m.hidden, B, S) + lstmFlops(m.layers, m.embedDim, m.hidden, B, T);
     f += 2.0 * H * V * b * static_cast<double>(T);
     if (m.attention) {
-        f += 2.0 * H * H * b * static_cast<double>(S);                          // keys
+        f += 2.0 * H * H * b * static_cast<double>(S); // keys
         f += 2.0 * 2.0 * static_cast<double>(S) * H * b * static_cast<double>(T); // scores + context
-        f += 2.0 * 2.0 * H * H * b * static_cast<double>(T);                    // combine
+        f += 2.0 * 2.0 * H * H * b * static_cast<double>(T); // combine
     }
     return f;
 }
@@ -120,8 +120,8 @@ double batchFlops(const ModelConfig& m, const Batch& b, int64_t steps, bool trai
 BenchClock clockFor(const torch::Device& dev)
 {
     if (dev.is_cuda())
-        return {steadySeconds, [] { torch::cuda::synchronize(); }};
-    return {steadySeconds, [] {}};
+        return { steadySeconds, [] { torch::cuda::synchronize(); } };
+    return { steadySeconds, [] {} };
 }
 
 // ---- memory and energy ------------------------------------------------------------------------
@@ -164,7 +164,8 @@ public:
                 auto init = reinterpret_cast<InitFn>(::dlsym(m_nvml, "nvmlInit_v2"));
                 auto handle = reinterpret_cast<HandleFn>(::dlsym(m_nvml, "nvmlDeviceGetHandleByIndex_v2"));
                 m_energy = reinterpret_cast<EnergyFn>(::dlsym(m_nvml, "nvmlDeviceGetTotalEnergyConsumption"));
-                if (init && handle && m_energy && init() == 0 && handle(static_cast<unsigned>(dev.index()), &m_device) == 0) {
+                if (init && handle && m_energy && init() == 0
+                    && handle(static_cast<unsigned>(dev.index()), &m_device) == 0) {
                     unsigned long long mj = 0;
                     if (m_energy(m_device, &mj) == 0)
                         m_source = "nvml";
@@ -251,17 +252,20 @@ struct Bench {
     double gemm(const torch::Device& dev, const std::string& precision)
     {
         const int n = dev.is_cuda() ? 4096 : 1024;
-        const auto dtype = precision == "bf16" ? torch::kBFloat16 : precision == "fp16" ? torch::kHalf : torch::kFloat32;
-        auto a = torch::randn({n, n}, torch::TensorOptions().device(dev)).to(dtype);
-        auto b = torch::randn({n, n}, torch::TensorOptions().device(dev)).to(dtype);
+        const auto dtype = precision == "bf16" ? torch::kBFloat16
+            : precision == "fp16"              ? torch::kHalf
+                                               : torch::kFloat32;
+        auto a = torch::randn({ n, n }, torch::TensorOptions().device(dev)).to(dtype);
+        auto b = torch::randn({ n, n }, torch::TensorOptions().device(dev)).to(dtype);
         torch::NoGradGuard g;
         const Timing t = timeRepeated([&] { (void)torch::mm(a, b); }, 2, 5, clockFor(dev));
         const double gflops = 2.0 * n * static_cast<double>(n) * n / t.median / 1e9;
-        report.gemm.push_back({dev.str(), precision, dev.is_cpu() ? torch::get_num_threads() : 0, n, gflops});
+        report.gemm.push_back({ dev.str(), precision, dev.is_cpu() ? torch::get_num_threads() : 0, n, gflops });
         return gflops;
     }
 
-    BenchRow row(const torch::Device& dev, const std::string& precision, int threads, int batch, const std::string& unit)
+    BenchRow row(
+        const torch::Device& dev, const std::string& precision, int threads, int batch, const std::string& unit)
     {
         BenchRow r;
         r.device = dev.str();
@@ -282,10 +286,9 @@ struct Bench {
     }
 
     // Measures `work` with memory and energy around the timed repetitions.
-    template <typename Work>
-    Timing measure(const torch::Device& dev, Work&& work, int warmup, int repeats, BenchRow& r)
+    template <typename Work> Timing measure(const torch::Device& dev, Work&& work, int warmup, int repeats, BenchRow& r)
     {
-        MemoryProbe mem{dev};
+        MemoryProbe mem { dev };
         EnergyMeter energy(dev);
         mem.reset();
         const double e0 = energy.joules();
@@ -315,8 +318,9 @@ struct Bench {
             AutocastScope autocast(dev, p);
             EncoderOutput enc = model->encode(b.source, b.lengths);
             auto logits = model->decode(b.input, enc.h, enc.c, enc).logits;
-            auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                b.target.reshape({-1}), torch::nn::functional::CrossEntropyFuncOptions().ignore_index(Tokenizer::kPad));
+            auto loss = torch::nn::functional::cross_entropy(
+                logits.reshape({ -1, logits.size(-1) }).to(torch::kFloat32), b.target.reshape({ -1 }),
+                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(Tokenizer::kPad));
             opt.zero_grad();
             loss.backward();
             opt.step();
@@ -328,7 +332,8 @@ struct Bench {
             AutocastScope autocast(dev, p);
             EncoderOutput enc = model->encode(b.source, b.lengths);
             auto h = enc.h, c = enc.c;
-            auto input = torch::full({b.source.size(0), 1}, Tokenizer::kStart, torch::TensorOptions().device(dev).dtype(torch::kInt64));
+            auto input = torch::full(
+                { b.source.size(0), 1 }, Tokenizer::kStart, torch::TensorOptions().device(dev).dtype(torch::kInt64));
             for (int t = 0; t < cfg.replyLength; ++t) {
                 DecoderOutput d = model->decode(input, h, c, enc);
                 input = d.logits.argmax(-1);
@@ -344,7 +349,8 @@ struct Bench {
             progress("train step " + dev.str() + " " + precision + " batch " + std::to_string(B));
             Batch b = collate(examples, pick(B), dev);
             BenchRow r = row(dev, precision, usedThreads, B, "train_step");
-            r.time = measure(dev, [&] { trainStep(b); }, cfg.warmup, cfg.repeats, r);
+            r.time = measure(
+                dev, [&] { trainStep(b); }, cfg.warmup, cfg.repeats, r);
             r.tokensPerSecond = static_cast<double>(b.tokens) / r.time.median;
             r.gflops = batchFlops(train.model, b, b.input.size(1), true) / r.time.median / 1e9;
             emit(r, ceiling);
@@ -357,7 +363,8 @@ struct Bench {
             progress("reply " + dev.str() + " " + precision + " batch " + std::to_string(B));
             Batch b = collate(examples, pick(B), dev);
             BenchRow r = row(dev, precision, usedThreads, B, B == 1 ? "reply_latency" : "reply_throughput");
-            r.time = measure(dev, [&] { reply(b); }, cfg.warmup, cfg.repeats, r);
+            r.time = measure(
+                dev, [&] { reply(b); }, cfg.warmup, cfg.repeats, r);
             r.tokensPerSecond = static_cast<double>(B) * cfg.replyLength / r.time.median;
             r.gflops = batchFlops(train.model, b, cfg.replyLength, false) / r.time.median / 1e9;
             emit(r, ceiling);
@@ -372,10 +379,13 @@ struct Bench {
                 tokens += all.back().tokens;
             }
             BenchRow r = row(dev, precision, usedThreads, train.batchSize, "epoch");
-            r.time = measure(dev, [&] {
-                for (const auto& b : all)
-                    trainStep(b);
-            }, /*warmup=*/0, std::max(1, std::min(cfg.repeats, 3)), r); // the step units above warmed every kernel up
+            r.time = measure(
+                dev,
+                [&] {
+                    for (const auto& b : all)
+                        trainStep(b);
+                },
+                /*warmup=*/0, std::max(1, std::min(cfg.repeats, 3)), r); // the step units above warmed every kernel up
             r.tokensPerSecond = static_cast<double>(tokens) / r.time.median;
             double flops = 0;
             for (const auto& b : all)
@@ -399,10 +409,13 @@ struct Bench {
         curve.device = device;
         curve.precision = precision;
         curve.threads = threads > 0 ? threads : torch::get_num_threads();
-        const fs::path dir = fs::temp_directory_path() / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
+        const fs::path dir
+            = fs::temp_directory_path() / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
         TrainCallbacks tcb;
         tcb.cancel = cb.cancel;
-        tcb.onEpoch = [&](const EpochMetrics& m) { curve.points.push_back({m.elapsedSeconds, m.trainLoss, m.validationLoss}); };
+        tcb.onEpoch = [&](const EpochMetrics& m) {
+            curve.points.push_back({ m.elapsedSeconds, m.trainLoss, m.validationLoss });
+        };
         try {
             chatbench::train(rc, corpus, dir.string(), tcb);
         } catch (...) {
@@ -437,8 +450,8 @@ MachineInfo machineInfo()
     m.cpuModel = cpuModelName();
     std::ifstream in("/proc/cpuinfo");
     std::string line;
-    static const std::set<std::string> wanted = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
-        "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"};
+    static const std::set<std::string> wanted = { "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+        "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8" };
     while (std::getline(in, line)) {
         if (line.rfind("flags", 0) == 0) {
             std::istringstream ss(line.substr(line.find(':') + 1));
@@ -476,13 +489,14 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     BenchReport report;
     report.created = isoNow();
     report.machine = machineInfo();
-    report.label = report.machine.gpuName.empty() ? report.machine.cpuModel + " (" + std::to_string(report.machine.cores) + " cores)"
-                                                  : report.machine.gpuName;
+    report.label = report.machine.gpuName.empty()
+        ? report.machine.cpuModel + " (" + std::to_string(report.machine.cores) + " cores)"
+        : report.machine.gpuName;
     report.preset = cfg.preset;
     report.corpus = corpus.files.empty() ? "" : fs::path(corpus.files.front()).parent_path().filename().string();
     report.corpusPairs = static_cast<int64_t>(corpus.pairs.size());
 
-    Bench bench{cfg, cb, preset(cfg.preset), {}, report};
+    Bench bench { cfg, cb, preset(cfg.preset), {}, report };
     const Split split = splitPairs(corpus.pairs, bench.train.validationFraction, cfg.seed);
     const Tokenizer tok = Tokenizer::build(split.train, bench.train.tokenizer);
     bench.train.model.vocabSize = tok.size();
@@ -504,7 +518,8 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
         const std::string id = dev.is_cpu() ? "cpu" : "cuda:" + std::to_string(dev.index());
         auto info = std::find_if(devices.begin(), devices.end(), [&](const DeviceInfo& d) { return d.id == id; });
         if (info == devices.end()) {
-            report.notes.push_back(name + ": not available on this machine (" + (dev.is_cuda() ? "no CUDA device" : "?") + ")");
+            report.notes.push_back(
+                name + ": not available on this machine (" + (dev.is_cuda() ? "no CUDA device" : "?") + ")");
             continue;
         }
         for (const std::string& prec : cfg.precisions) {
@@ -517,7 +532,8 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
                 const auto p = parsePrecision(prec);
                 if (!p)
                     throw Error("unknown precision '" + prec + "' (fp32, bf16, fp16, tf32)");
-                auto s = std::find_if(info->precisions.begin(), info->precisions.end(), [&](const PrecisionSupport& x) { return x.precision == *p; });
+                auto s = std::find_if(info->precisions.begin(), info->precisions.end(),
+                    [&](const PrecisionSupport& x) { return x.precision == *p; });
                 if (s != info->precisions.end() && !s->supported) {
                     report.notes.push_back(id + " " + prec + ": not supported (" + s->reason + ")");
                     continue;
@@ -525,9 +541,9 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
             }
             if (dev.is_cpu()) {
                 for (int t : cfg.threads)
-                    combos.push_back({dev, prec, t});
+                    combos.push_back({ dev, prec, t });
             } else {
-                combos.push_back({dev, prec, 0});
+                combos.push_back({ dev, prec, 0 });
             }
         }
     }
@@ -540,8 +556,8 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     if (cfg.raceEpochs > 0) {
         std::set<std::pair<std::string, std::string>> seen;
         for (const auto& c : combos)
-            if (seen.insert({c.dev.str(), c.precision}).second)
-                raceRuns.push_back({c.dev.str(), c.precision});
+            if (seen.insert({ c.dev.str(), c.precision }).second)
+                raceRuns.push_back({ c.dev.str(), c.precision });
         bench.total += static_cast<int>(raceRuns.size());
     }
 
@@ -576,7 +592,8 @@ using nlohmann::ordered_json;
 
 ordered_json timingJson(const Timing& t)
 {
-    return {{"median_s", t.median}, {"p10_s", t.p10}, {"p90_s", t.p90}, {"min_s", t.min}, {"max_s", t.max}, {"samples_s", t.samples}};
+    return { { "median_s", t.median }, { "p10_s", t.p10 }, { "p90_s", t.p90 }, { "min_s", t.min }, { "max_s", t.max },
+        { "samples_s", t.samples } };
 }
 
 Timing timingFrom(const nlohmann::json& j)
@@ -598,31 +615,36 @@ std::string toJson(const BenchReport& r)
     j["schema_version"] = r.schemaVersion;
     j["created"] = r.created;
     j["label"] = r.label;
-    j["machine"] = {{"cpu_model", r.machine.cpuModel}, {"cpu_flags", r.machine.cpuFlags}, {"cores", r.machine.cores},
-        {"memory_bytes", r.machine.memoryBytes}, {"gpu_name", r.machine.gpuName}, {"gpu_driver", r.machine.gpuDriver},
-        {"torch", r.machine.torch}, {"cuda", r.machine.cuda}, {"cudnn", r.machine.cudnn}, {"onednn", r.machine.onednn}};
+    j["machine"] = { { "cpu_model", r.machine.cpuModel }, { "cpu_flags", r.machine.cpuFlags },
+        { "cores", r.machine.cores }, { "memory_bytes", r.machine.memoryBytes }, { "gpu_name", r.machine.gpuName },
+        { "gpu_driver", r.machine.gpuDriver }, { "torch", r.machine.torch }, { "cuda", r.machine.cuda },
+        { "cudnn", r.machine.cudnn }, { "onednn", r.machine.onednn } };
     j["preset"] = r.preset;
-    j["model"] = {{"vocab_size", r.model.vocabSize}, {"embed_dim", r.model.embedDim}, {"hidden", r.model.hidden},
-        {"layers", r.model.layers}, {"attention", r.model.attention}, {"max_source_length", r.model.maxSourceLength},
-        {"max_target_length", r.model.maxTargetLength}};
-    j["corpus"] = {{"name", r.corpus}, {"pairs", r.corpusPairs}};
+    j["model"] = { { "vocab_size", r.model.vocabSize }, { "embed_dim", r.model.embedDim }, { "hidden", r.model.hidden },
+        { "layers", r.model.layers }, { "attention", r.model.attention },
+        { "max_source_length", r.model.maxSourceLength }, { "max_target_length", r.model.maxTargetLength } };
+    j["corpus"] = { { "name", r.corpus }, { "pairs", r.corpusPairs } };
     auto& g = j["gemm"] = ordered_json::array();
     for (const auto& x : r.gemm)
-        g.push_back({{"device", x.device}, {"precision", x.precision}, {"threads", x.threads}, {"n", x.n}, {"gflops", x.gflops}});
+        g.push_back({ { "device", x.device }, { "precision", x.precision }, { "threads", x.threads }, { "n", x.n },
+            { "gflops", x.gflops } });
     auto& rows = j["rows"] = ordered_json::array();
     for (const auto& x : r.rows)
-        rows.push_back({{"device", x.device}, {"precision", x.precision}, {"threads", x.threads}, {"batch", x.batch},
-            {"unit", x.unit}, {"time", timingJson(x.time)}, {"tokens_per_second", x.tokensPerSecond}, {"gflops", x.gflops},
-            {"gemm_fraction", x.gemmFraction}, {"peak_memory_bytes", x.peakMemoryBytes},
-            {"energy_joules", x.energyJoules >= 0 ? ordered_json(x.energyJoules) : ordered_json(nullptr)},
-            {"energy_source", x.energySource}});
+        rows.push_back(
+            { { "device", x.device }, { "precision", x.precision }, { "threads", x.threads }, { "batch", x.batch },
+                { "unit", x.unit }, { "time", timingJson(x.time) }, { "tokens_per_second", x.tokensPerSecond },
+                { "gflops", x.gflops }, { "gemm_fraction", x.gemmFraction }, { "peak_memory_bytes", x.peakMemoryBytes },
+                { "energy_joules", x.energyJoules >= 0 ? ordered_json(x.energyJoules) : ordered_json(nullptr) },
+                { "energy_source", x.energySource } });
     auto& races = j["races"] = ordered_json::array();
     for (const auto& c : r.races) {
         ordered_json pts = ordered_json::array();
         for (const auto& p : c.points)
-            pts.push_back({{"seconds", p.seconds}, {"loss", p.loss},
-                {"validation_loss", std::isfinite(p.validationLoss) ? ordered_json(p.validationLoss) : ordered_json(nullptr)}});
-        races.push_back({{"device", c.device}, {"precision", c.precision}, {"threads", c.threads}, {"points", pts}});
+            pts.push_back({ { "seconds", p.seconds }, { "loss", p.loss },
+                { "validation_loss",
+                    std::isfinite(p.validationLoss) ? ordered_json(p.validationLoss) : ordered_json(nullptr) } });
+        races.push_back(
+            { { "device", c.device }, { "precision", c.precision }, { "threads", c.threads }, { "points", pts } });
     }
     j["notes"] = r.notes;
     return j.dump(2) + "\n";
@@ -635,13 +657,14 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
     try {
         r.schemaVersion = j.at("schema_version").get<int>();
         if (r.schemaVersion > BenchReport::kSchemaVersion || r.schemaVersion < 1)
-            throw Error(file, 0, "report schema version " + std::to_string(r.schemaVersion) + " is not supported (this build reads 1.."
-                + std::to_string(BenchReport::kSchemaVersion) + ")");
+            throw Error(file, 0,
+                "report schema version " + std::to_string(r.schemaVersion) + " is not supported (this build reads 1.."
+                    + std::to_string(BenchReport::kSchemaVersion) + ")");
         r.created = j.value("created", "");
         r.label = j.value("label", "");
         const auto& m = j.at("machine");
         r.machine.cpuModel = m.value("cpu_model", "");
-        r.machine.cpuFlags = m.value("cpu_flags", std::vector<std::string>{});
+        r.machine.cpuFlags = m.value("cpu_flags", std::vector<std::string> {});
         r.machine.cores = m.value("cores", 0);
         r.machine.memoryBytes = m.value("memory_bytes", int64_t(0));
         r.machine.gpuName = m.value("gpu_name", "");
@@ -662,8 +685,8 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
         r.corpus = j.at("corpus").value("name", "");
         r.corpusPairs = j.at("corpus").value("pairs", int64_t(0));
         for (const auto& g : j.at("gemm"))
-            r.gemm.push_back({g.at("device").get<std::string>(), g.at("precision").get<std::string>(), g.value("threads", 0),
-                g.at("n").get<int>(), g.at("gflops").get<double>()});
+            r.gemm.push_back({ g.at("device").get<std::string>(), g.at("precision").get<std::string>(),
+                g.value("threads", 0), g.at("n").get<int>(), g.at("gflops").get<double>() });
         for (const auto& x : j.at("rows")) {
             BenchRow row;
             row.device = x.at("device").get<std::string>();
@@ -686,11 +709,11 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
             curve.precision = c.at("precision").get<std::string>();
             curve.threads = c.value("threads", 0);
             for (const auto& p : c.at("points"))
-                curve.points.push_back({p.at("seconds").get<double>(), p.at("loss").get<double>(),
-                    p.at("validation_loss").is_null() ? NAN : p.at("validation_loss").get<double>()});
+                curve.points.push_back({ p.at("seconds").get<double>(), p.at("loss").get<double>(),
+                    p.at("validation_loss").is_null() ? NAN : p.at("validation_loss").get<double>() });
             r.races.push_back(curve);
         }
-        r.notes = j.value("notes", std::vector<std::string>{});
+        r.notes = j.value("notes", std::vector<std::string> {});
     } catch (const nlohmann::json::exception& e) {
         throw Error(file, 0, std::string("bad benchmark report: ") + e.what());
     }

@@ -40,8 +40,8 @@ std::string handoffModeName(HandoffMode m)
 struct Chatbot::Impl {
     TrainConfig cfg;
     Tokenizer tok;
-    Seq2Seq model{nullptr};
-    torch::Device device{torch::kCPU};
+    Seq2Seq model { nullptr };
+    torch::Device device { torch::kCPU };
     std::string note;
     int64_t step = 0;
 };
@@ -51,11 +51,26 @@ Chatbot::Chatbot(std::shared_ptr<Impl> impl)
 {
 }
 
-const Tokenizer& Chatbot::tokenizer() const { return m_impl->tok; }
-const TrainConfig& Chatbot::config() const { return m_impl->cfg; }
-std::string Chatbot::device() const { return m_impl->device.str(); }
-std::string Chatbot::note() const { return m_impl->note; }
-int64_t Chatbot::step() const { return m_impl->step; }
+const Tokenizer& Chatbot::tokenizer() const
+{
+    return m_impl->tok;
+}
+const TrainConfig& Chatbot::config() const
+{
+    return m_impl->cfg;
+}
+std::string Chatbot::device() const
+{
+    return m_impl->device.str();
+}
+std::string Chatbot::note() const
+{
+    return m_impl->note;
+}
+int64_t Chatbot::step() const
+{
+    return m_impl->step;
+}
 
 Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
 {
@@ -63,8 +78,9 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
     impl->cfg = loadRunConfig(runDir);
     impl->tok = Tokenizer::load(vocabPath(runDir));
     if (impl->tok.size() != impl->cfg.model.vocabSize)
-        throw Error(vocabPath(runDir), 0, "holds " + std::to_string(impl->tok.size()) + " words but config.json says "
-            + std::to_string(impl->cfg.model.vocabSize));
+        throw Error(vocabPath(runDir), 0,
+            "holds " + std::to_string(impl->tok.size()) + " words but config.json says "
+                + std::to_string(impl->cfg.model.vocabSize));
     const ResolvedDevice r = resolveDevice(device, Precision::FP32);
     impl->note = r.note;
     impl->device = parseDevice(r.device);
@@ -110,7 +126,7 @@ std::vector<LayerState> layerStates(const torch::Tensor& h, const torch::Tensor&
 {
     std::vector<LayerState> out;
     for (int64_t l = 0; l < h.size(0); ++l)
-        out.push_back({toVector(h[l][b]), toVector(c[l][b])});
+        out.push_back({ toVector(h[l][b]), toVector(c[l][b]) });
     return out;
 }
 
@@ -138,7 +154,7 @@ Gates replayStep(Seq2SeqImpl& m, int64_t token, const torch::Tensor& hIn, const 
     const torch::Tensor& hOut, const torch::Tensor& cOut, double* diff)
 {
     auto params = m.decoder->named_parameters();
-    auto x = m.decoderEmbedding(torch::tensor({token}, torch::TensorOptions().device(hIn.device()))); // (1, E)
+    auto x = m.decoderEmbedding(torch::tensor({ token }, torch::TensorOptions().device(hIn.device()))); // (1, E)
     Gates top;
     *diff = 0;
     for (int64_t l = 0; l < hIn.size(0); ++l) {
@@ -146,10 +162,11 @@ Gates replayStep(Seq2SeqImpl& m, int64_t token, const torch::Tensor& hIn, const 
         auto gates = torch::matmul(x, params["weight_ih_l" + k].t()) + params["bias_ih_l" + k]
             + torch::matmul(hIn[l], params["weight_hh_l" + k].t()) + params["bias_hh_l" + k]; // (1, 4H)
         auto chunks = gates.chunk(4, /*dim=*/1);
-        Gates gl{torch::sigmoid(chunks[0]), torch::sigmoid(chunks[1]), torch::tanh(chunks[2]), torch::sigmoid(chunks[3])};
+        Gates gl { torch::sigmoid(chunks[0]), torch::sigmoid(chunks[1]), torch::tanh(chunks[2]),
+            torch::sigmoid(chunks[3]) };
         auto c = gl.f * cIn[l] + gl.i * gl.g; // (1, H)
         auto h = gl.o * torch::tanh(c);
-        *diff = std::max({*diff, maxAbsDiff(h, hOut[l]), maxAbsDiff(c, cOut[l])});
+        *diff = std::max({ *diff, maxAbsDiff(h, hOut[l]), maxAbsDiff(c, cOut[l]) });
         x = h;
         top = gl;
     }
@@ -188,8 +205,8 @@ int64_t argmaxToken(const torch::Tensor& logits)
     return l.argmax().item<int64_t>();
 }
 
-std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const torch::Tensor& h0, const torch::Tensor& c0,
-    const DecodeOptions& opt, int maxSteps)
+std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const torch::Tensor& h0,
+    const torch::Tensor& c0, const DecodeOptions& opt, int maxSteps)
 {
     struct Hyp {
         std::vector<int64_t> tokens;
@@ -197,7 +214,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
         torch::Tensor h, c;
     };
     const int width = std::max(1, opt.beamWidth);
-    std::vector<Hyp> beams{{{}, 0.0, h0, c0}};
+    std::vector<Hyp> beams { { {}, 0.0, h0, c0 } };
     std::vector<Hyp> done;
     for (int t = 0; t < maxSteps && !beams.empty(); ++t) {
         struct Cand {
@@ -213,20 +230,21 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
             auto hIn = reset ? torch::zeros_like(hyp.h) : hyp.h;
             auto cIn = reset ? torch::zeros_like(hyp.c) : hyp.c;
             const int64_t last = hyp.tokens.empty() ? Tokenizer::kStart : hyp.tokens.back();
-            outs.push_back(m.decode(torch::tensor({{last}}, torch::TensorOptions().device(h0.device())), hIn, cIn, enc));
+            outs.push_back(
+                m.decode(torch::tensor({ { last } }, torch::TensorOptions().device(h0.device())), hIn, cIn, enc));
             auto lp = torch::log_softmax(outs.back().logits[0][0].to(torch::kFloat32), -1);
             lp[Tokenizer::kPad] = -INFINITY;
             lp[Tokenizer::kStart] = -INFINITY;
             auto [vals, idx] = lp.topk(width);
             for (int k = 0; k < width; ++k)
-                cands.push_back({b, idx[k].item<int64_t>(), hyp.logp + vals[k].item<double>()});
+                cands.push_back({ b, idx[k].item<int64_t>(), hyp.logp + vals[k].item<double>() });
         }
         std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
         std::vector<Hyp> next;
         for (const Cand& c : cands) {
             if (static_cast<int>(next.size()) >= width)
                 break;
-            Hyp h{beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c};
+            Hyp h { beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c };
             if (c.token == Tokenizer::kEnd) {
                 done.push_back(std::move(h));
             } else {
@@ -242,7 +260,9 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
         done = beams;
     // Length-normalised: mean log-probability per emitted token (the <end> counts).
     auto norm = [](const Hyp& h) { return h.logp / static_cast<double>(h.tokens.size() + 1); };
-    return std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) { return norm(a) < norm(b); })->tokens;
+    return std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) {
+        return norm(a) < norm(b);
+    })->tokens;
 }
 
 } // namespace
@@ -264,8 +284,8 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     tr.hidden = I.cfg.model.hidden;
     tr.layers = I.cfg.model.layers;
 
-    auto src = torch::tensor(tr.inputIds, dev).unsqueeze(0);                          // (1, S)
-    auto len = torch::tensor({static_cast<int64_t>(tr.inputIds.size())}, torch::kInt64); // (1)
+    auto src = torch::tensor(tr.inputIds, dev).unsqueeze(0); // (1, S)
+    auto len = torch::tensor({ static_cast<int64_t>(tr.inputIds.size()) }, torch::kInt64); // (1)
     const EncoderOutput enc = I.model->encode(src, len);
     tr.encoderFinal = layerStates(enc.h, enc.c, 0);
     for (int64_t s = 0; s < enc.outputs.size(1); ++s)
@@ -294,7 +314,7 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
         const bool reset = opt.handoff == HandoffMode::ResetEachStep && t > 0;
         auto hIn = reset ? torch::zeros_like(h) : h;
         auto cIn = reset ? torch::zeros_like(c) : c;
-        DecoderOutput d = I.model->decode(torch::tensor({{input}}, dev), hIn, cIn, enc);
+        DecoderOutput d = I.model->decode(torch::tensor({ { input } }, dev), hIn, cIn, enc);
         auto logits = d.logits[0][0].to(torch::kFloat32); // (V)
         int64_t next;
         if (opt.method == DecodeMethod::Beam)
@@ -314,12 +334,13 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
         auto [pv, pi] = probs.topk(std::min<int64_t>(std::max(1, opt.traceTopK), probs.size(0)));
         for (int64_t k = 0; k < pv.size(0); ++k) {
             const int64_t id = pi[k].item<int64_t>();
-            step.topK.push_back({id, I.tok.word(id), pv[k].item<float>()});
+            step.topK.push_back({ id, I.tok.word(id), pv[k].item<float>() });
         }
         step.stateIn = layerStates(hIn, cIn, 0);
         step.stateOut = layerStates(d.h, d.c, 0);
         double replayDiff = 0;
-        Gates g = replayStep(*I.model, input, hIn.select(1, 0), cIn.select(1, 0), d.h.select(1, 0), d.c.select(1, 0), &replayDiff);
+        Gates g = replayStep(
+            *I.model, input, hIn.select(1, 0), cIn.select(1, 0), d.h.select(1, 0), d.c.select(1, 0), &replayDiff);
         tr.checks.gateReplayMaxDiff = std::max(tr.checks.gateReplayMaxDiff, replayDiff);
         step.inputGate = toVector(g.i);
         step.forgetGate = toVector(g.f);
@@ -334,8 +355,8 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
 
         inputs.push_back(input);
         stepLogits.push_back(logits);
-        statesIn.push_back(torch::stack({hIn.select(1, 0), cIn.select(1, 0)}));
-        statesOut.push_back(torch::stack({d.h.select(1, 0), d.c.select(1, 0)}));
+        statesIn.push_back(torch::stack({ hIn.select(1, 0), cIn.select(1, 0) }));
+        statesOut.push_back(torch::stack({ d.h.select(1, 0), d.c.select(1, 0) }));
         h = d.h;
         c = d.c;
         if (next == Tokenizer::kEnd)
@@ -382,8 +403,8 @@ std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, co
         replies[i].trace.handoff = opt.handoff;
         S = std::max<int64_t>(S, static_cast<int64_t>(ids.back().size()));
     }
-    auto src = torch::zeros({N, S}, torch::kInt64);
-    auto len = torch::zeros({N}, torch::kInt64);
+    auto src = torch::zeros({ N, S }, torch::kInt64);
+    auto len = torch::zeros({ N }, torch::kInt64);
     for (int64_t i = 0; i < N; ++i) {
         const auto& v = ids[static_cast<size_t>(i)];
         for (size_t k = 0; k < v.size(); ++k)
@@ -400,7 +421,7 @@ std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, co
     }
     const int limit = I.cfg.model.maxTargetLength - 1;
     const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
-    auto input = torch::full({N, 1}, Tokenizer::kStart, dev.dtype(torch::kInt64));
+    auto input = torch::full({ N, 1 }, Tokenizer::kStart, dev.dtype(torch::kInt64));
     std::vector<bool> done(texts.size(), false);
     for (int t = 0; t < maxSteps; ++t) {
         if (opt.handoff == HandoffMode::ResetEachStep && t > 0) {
@@ -441,7 +462,7 @@ std::string toJson(const Reply& r, int indent)
     auto layers = [](const std::vector<LayerState>& v) {
         ordered_json a = ordered_json::array();
         for (const auto& s : v)
-            a.push_back({{"h", s.h}, {"c", s.c}});
+            a.push_back({ { "h", s.h }, { "c", s.c } });
         return a;
     };
     const StateTrace& t = r.trace;
@@ -464,21 +485,24 @@ std::string toJson(const Reply& r, int indent)
     for (const auto& s : t.steps) {
         ordered_json top = ordered_json::array();
         for (const auto& k : s.topK)
-            top.push_back({{"id", k.id}, {"word", k.word}, {"p", k.probability}});
-        ordered_json sj = {{"input_id", s.inputId}, {"input", s.inputWord}, {"chosen_id", s.chosenId}, {"chosen", s.chosenWord},
-            {"top_k", top}, {"state_in", layers(s.stateIn)}, {"state_out", layers(s.stateOut)},
-            {"gates", {{"input", s.inputGate}, {"forget", s.forgetGate}, {"cell", s.cellGate}, {"output", s.outputGate}}},
-            {"ms", s.milliseconds}};
+            top.push_back({ { "id", k.id }, { "word", k.word }, { "p", k.probability } });
+        ordered_json sj = { { "input_id", s.inputId }, { "input", s.inputWord }, { "chosen_id", s.chosenId },
+            { "chosen", s.chosenWord }, { "top_k", top }, { "state_in", layers(s.stateIn) },
+            { "state_out", layers(s.stateOut) },
+            { "gates",
+                { { "input", s.inputGate }, { "forget", s.forgetGate }, { "cell", s.cellGate },
+                    { "output", s.outputGate } } },
+            { "ms", s.milliseconds } };
         if (!s.attention.empty())
             sj["attention"] = s.attention;
         steps.push_back(std::move(sj));
     }
     tj["steps"] = steps;
     const auto& c = t.checks;
-    tj["checks"] = {{"handoff_equal", c.handoffEqual}, {"handoff_max_diff", c.handoffMaxDiff},
-        {"state_carried", c.stateCarried}, {"carried_max_diff", c.carriedMaxDiff},
-        {"teacher_forced_equal", c.teacherForcedEqual}, {"teacher_forced_max_diff", c.teacherForcedMaxDiff},
-        {"gate_replay_max_diff", c.gateReplayMaxDiff}};
+    tj["checks"] = { { "handoff_equal", c.handoffEqual }, { "handoff_max_diff", c.handoffMaxDiff },
+        { "state_carried", c.stateCarried }, { "carried_max_diff", c.carriedMaxDiff },
+        { "teacher_forced_equal", c.teacherForcedEqual }, { "teacher_forced_max_diff", c.teacherForcedMaxDiff },
+        { "gate_replay_max_diff", c.gateReplayMaxDiff } };
     j["trace"] = tj;
     return j.dump(indent);
 }

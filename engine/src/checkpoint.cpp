@@ -82,10 +82,11 @@ void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Opt
     j["loss_scale"] = state.lossScale;
     auto& hist = j["history"] = nlohmann::ordered_json::array();
     for (const auto& m : state.history)
-        hist.push_back({{"epoch", m.epoch}, {"step", m.step}, {"train_loss", numberOrNull(m.trainLoss)},
-            {"validation_loss", numberOrNull(m.validationLoss)}, {"validation_accuracy", numberOrNull(m.validationAccuracy)},
-            {"perplexity", numberOrNull(m.perplexity)}, {"seconds", m.seconds}, {"tokens_per_second", m.tokensPerSecond},
-            {"elapsed_seconds", m.elapsedSeconds}});
+        hist.push_back({ { "epoch", m.epoch }, { "step", m.step }, { "train_loss", numberOrNull(m.trainLoss) },
+            { "validation_loss", numberOrNull(m.validationLoss) },
+            { "validation_accuracy", numberOrNull(m.validationAccuracy) }, { "perplexity", numberOrNull(m.perplexity) },
+            { "seconds", m.seconds }, { "tokens_per_second", m.tokensPerSecond },
+            { "elapsed_seconds", m.elapsedSeconds } });
     writeFileAtomic(statePath(runDir), j.dump(1) + "\n");
 
     // Only the checkpoint state.json names is kept.
@@ -139,7 +140,8 @@ RunState loadState(const std::string& runDir)
     return s;
 }
 
-void loadCheckpoint(const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer)
+void loadCheckpoint(
+    const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer)
 {
     const std::string file = (fs::path(runDir) / state.checkpoint).string();
     if (!fs::exists(file))
@@ -174,7 +176,8 @@ void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>&
 {
     std::ostringstream out;
     out.precision(8);
-    out << "epoch,step,train_loss,validation_loss,validation_accuracy,perplexity,seconds,tokens_per_second,elapsed_seconds\n";
+    out << "epoch,step,train_loss,validation_loss,validation_accuracy,perplexity,seconds,tokens_per_second,elapsed_"
+           "seconds\n";
     for (const auto& m : history)
         out << m.epoch + 1 << ',' << m.step << ',' << m.trainLoss << ',' << m.validationLoss << ','
             << m.validationAccuracy << ',' << m.perplexity << ',' << m.seconds << ',' << m.tokensPerSecond << ','

@@ -22,7 +22,7 @@ std::string optimizerName(OptimizerKind k)
 
 std::optional<OptimizerKind> parseOptimizer(const std::string& name)
 {
-    for (auto k : {OptimizerKind::Adam, OptimizerKind::RMSprop, OptimizerKind::SGD})
+    for (auto k : { OptimizerKind::Adam, OptimizerKind::RMSprop, OptimizerKind::SGD })
         if (optimizerName(k) == name)
             return k;
     return std::nullopt;
@@ -40,7 +40,7 @@ std::string precisionName(Precision p)
 
 std::optional<Precision> parsePrecision(const std::string& name)
 {
-    for (auto p : {Precision::FP32, Precision::BF16, Precision::FP16})
+    for (auto p : { Precision::FP32, Precision::BF16, Precision::FP16 })
         if (precisionName(p) == name)
             return p;
     return std::nullopt;
@@ -48,7 +48,7 @@ std::optional<Precision> parsePrecision(const std::string& name)
 
 std::vector<std::string> presetNames()
 {
-    return {"seed", "quick", "large"};
+    return { "seed", "quick", "large" };
 }
 
 TrainConfig preset(const std::string& name)
@@ -95,8 +95,10 @@ void validate(const TrainConfig& c)
     need(c.model.layers >= 1 && c.model.layers <= 8, "layers must be 1..8");
     need(c.model.dropout >= 0 && c.model.dropout < 1, "dropout must be in [0, 1)");
     need(c.model.maxSourceLength >= 1 && c.model.maxSourceLength <= 4096, "max_source_length must be 1..4096");
-    need(c.model.maxTargetLength >= 3 && c.model.maxTargetLength <= 4096, "max_target_length must be 3..4096 (it counts <start> and <end>)");
-    need(std::isfinite(c.learningRate) && c.learningRate > 0 && c.learningRate <= 10, "learning_rate must be in (0, 10]");
+    need(c.model.maxTargetLength >= 3 && c.model.maxTargetLength <= 4096,
+        "max_target_length must be 3..4096 (it counts <start> and <end>)");
+    need(std::isfinite(c.learningRate) && c.learningRate > 0 && c.learningRate <= 10,
+        "learning_rate must be in (0, 10]");
     need(std::isfinite(c.clipNorm) && c.clipNorm >= 0, "clip_norm must be >= 0");
     need(c.teacherForcing >= 0 && c.teacherForcing <= 1, "teacher_forcing must be in [0, 1]");
     need(c.batchSize >= 1 && c.batchSize <= 65536, "batch_size must be 1..65536");
@@ -116,18 +118,19 @@ std::string toJson(const TrainConfig& c)
     j["format"] = "chatbench-config";
     j["version"] = 1;
     j["preset"] = c.preset;
-    j["model"] = {{"vocab_size", c.model.vocabSize}, {"embed_dim", c.model.embedDim}, {"hidden", c.model.hidden},
-        {"layers", c.model.layers}, {"dropout", c.model.dropout}, {"attention", c.model.attention},
-        {"shared_embedding", c.model.sharedEmbedding}, {"max_source_length", c.model.maxSourceLength},
-        {"max_target_length", c.model.maxTargetLength}};
-    j["tokenizer"] = {{"mode", tokenizerModeName(c.tokenizer.mode)}, {"min_frequency", c.tokenizer.minFrequency},
-        {"max_vocab", c.tokenizer.maxSize}};
-    j["train"] = {{"optimizer", optimizerName(c.optimizer)}, {"learning_rate", c.learningRate}, {"clip_norm", c.clipNorm},
-        {"teacher_forcing", c.teacherForcing}, {"batch_size", c.batchSize}, {"epochs", c.epochs},
-        {"validation_fraction", c.validationFraction}, {"patience", c.patience}, {"seed", c.seed},
-        {"deterministic", c.deterministic}, {"bucketing", c.bucketing}, {"checkpoint_every_steps", c.checkpointEverySteps}};
-    j["device"] = {{"device", c.device}, {"precision", precisionName(c.precision)}, {"threads", c.threads}};
-    j["corpus"] = {{"path", c.corpus}, {"format", formatName(c.corpusFormat)}, {"latin1", c.latin1}};
+    j["model"] = { { "vocab_size", c.model.vocabSize }, { "embed_dim", c.model.embedDim }, { "hidden", c.model.hidden },
+        { "layers", c.model.layers }, { "dropout", c.model.dropout }, { "attention", c.model.attention },
+        { "shared_embedding", c.model.sharedEmbedding }, { "max_source_length", c.model.maxSourceLength },
+        { "max_target_length", c.model.maxTargetLength } };
+    j["tokenizer"] = { { "mode", tokenizerModeName(c.tokenizer.mode) }, { "min_frequency", c.tokenizer.minFrequency },
+        { "max_vocab", c.tokenizer.maxSize } };
+    j["train"] = { { "optimizer", optimizerName(c.optimizer) }, { "learning_rate", c.learningRate },
+        { "clip_norm", c.clipNorm }, { "teacher_forcing", c.teacherForcing }, { "batch_size", c.batchSize },
+        { "epochs", c.epochs }, { "validation_fraction", c.validationFraction }, { "patience", c.patience },
+        { "seed", c.seed }, { "deterministic", c.deterministic }, { "bucketing", c.bucketing },
+        { "checkpoint_every_steps", c.checkpointEverySteps } };
+    j["device"] = { { "device", c.device }, { "precision", precisionName(c.precision) }, { "threads", c.threads } };
+    j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 } };
     return j.dump(2) + "\n";
 }
 

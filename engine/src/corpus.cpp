@@ -30,8 +30,8 @@ std::string formatName(CorpusFormat format)
 
 std::optional<CorpusFormat> parseFormat(const std::string& name)
 {
-    for (auto f : {CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
-             CorpusFormat::Cornell, CorpusFormat::DialogText})
+    for (auto f : { CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
+             CorpusFormat::Cornell, CorpusFormat::DialogText })
         if (formatName(f) == name)
             return f;
     return std::nullopt;
@@ -57,7 +57,7 @@ void addTurns(Corpus& corpus, const std::vector<std::pair<std::string, long>>& t
     for (size_t i = 0; i + 1 < turns.size(); ++i) {
         if (turns[i].first.empty() || turns[i + 1].first.empty())
             continue;
-        corpus.pairs.push_back({turns[i].first, turns[i + 1].first, file, turns[i].second});
+        corpus.pairs.push_back({ turns[i].first, turns[i + 1].first, file, turns[i].second });
     }
 }
 
@@ -92,7 +92,8 @@ void loadYamlFile(Corpus& corpus, const std::string& file, const LoadOptions& op
             turns.emplace_back(text::trim(turn.Scalar()), tline);
         }
         if (turns.size() < 2)
-            corpus.warnings.push_back(file + ":" + std::to_string(line) + ": conversation with fewer than two turns skipped");
+            corpus.warnings.push_back(
+                file + ":" + std::to_string(line) + ": conversation with fewer than two turns skipped");
         addTurns(corpus, turns, file);
     }
     if (corpus.pairs.size() == before)
@@ -116,7 +117,7 @@ void loadTsvFile(Corpus& corpus, const std::string& file, const LoadOptions& opt
         std::string r = text::trim(l.substr(tab + 1));
         if (p.empty() || r.empty())
             throw Error(file, line, "empty prompt or response");
-        corpus.pairs.push_back({std::move(p), std::move(r), file, line});
+        corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
     }
 }
 
@@ -138,13 +139,14 @@ void loadJsonlFile(Corpus& corpus, const std::string& file, const LoadOptions& o
         if (!j.is_object())
             throw Error(file, line, "expected a JSON object");
         if (j.contains("prompt") || j.contains("response")) {
-            if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response") || !j["response"].is_string())
+            if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response")
+                || !j["response"].is_string())
                 throw Error(file, line, "'prompt' and 'response' must both be strings");
             std::string p = text::trim(j["prompt"].get<std::string>());
             std::string r = text::trim(j["response"].get<std::string>());
             if (p.empty() || r.empty())
                 throw Error(file, line, "empty prompt or response");
-            corpus.pairs.push_back({std::move(p), std::move(r), file, line});
+            corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
         } else if (j.contains("messages")) {
             const json& msgs = j["messages"];
             if (!msgs.is_array())
@@ -221,8 +223,9 @@ void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
                 continue;
             auto f = cornellFields(l);
             if (f.size() != 5)
-                throw Error(linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
-            lines[text::trim(f[0])] = {text::trim(f[4]), n};
+                throw Error(
+                    linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
+            lines[text::trim(f[0])] = { text::trim(f[4]), n };
         }
     }
     const std::string text = text::normalise(convFile, text::readFile(convFile), true);
@@ -260,7 +263,7 @@ void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
             t.second = n;
         addTurns(corpus, turns, convFile);
     }
-    corpus.files = {linesFile, convFile};
+    corpus.files = { linesFile, convFile };
 }
 
 CorpusFormat sniffFile(const fs::path& p)
@@ -308,7 +311,8 @@ CorpusFormat detectFormat(const std::string& path)
         for (const auto& e : fs::directory_iterator(p, ec))
             if (e.is_regular_file() && isYamlName(e.path()))
                 return CorpusFormat::ChatterbotYaml;
-        throw Error(path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
+        throw Error(
+            path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
     }
     if (fs::file_size(p, ec) == 0)
         throw Error(path, 0, "file is empty");

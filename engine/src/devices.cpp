@@ -3,8 +3,8 @@
 #include "chatbench/error.h"
 #include "torchutil.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/Config.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -46,7 +46,7 @@ int64_t ramBytes()
 // reason when the pair does not work.
 PrecisionSupport probe(const torch::Device& device, Precision p)
 {
-    PrecisionSupport s{p, false, {}};
+    PrecisionSupport s { p, false, {} };
     if (device.is_cpu() && p == Precision::FP16) {
         s.reason = "fp16 needs a CUDA GPU (on CPU use bf16)";
         return s;
@@ -55,7 +55,7 @@ PrecisionSupport probe(const torch::Device& device, Precision p)
         torch::manual_seed(0);
         torch::nn::LSTM lstm(torch::nn::LSTMOptions(8, 8).batch_first(true));
         lstm->to(device);
-        auto x = torch::randn({2, 3, 8}, torch::TensorOptions().device(device));
+        auto x = torch::randn({ 2, 3, 8 }, torch::TensorOptions().device(device));
         AutocastScope autocast(device, p);
         auto out = std::get<0>(lstm->forward(x));
         out.sum().backward();
@@ -123,7 +123,7 @@ std::vector<DeviceInfo> listDevices()
         auto it = cache.find(id);
         if (it == cache.end()) {
             std::vector<PrecisionSupport> v;
-            for (auto p : {Precision::FP32, Precision::BF16, Precision::FP16})
+            for (auto p : { Precision::FP32, Precision::BF16, Precision::FP16 })
                 v.push_back(probe(dev, p));
             it = cache.emplace(id, std::move(v)).first;
         }
@@ -145,7 +145,7 @@ std::vector<DeviceInfo> listDevices()
         d.id = "cuda:" + std::to_string(i);
         d.name = "CUDA device " + std::to_string(i);
 #ifdef CHATBENCH_HAVE_CUDART
-        cudaDeviceProp prop{};
+        cudaDeviceProp prop {};
         if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
             d.name = prop.name;
             d.memoryBytes = static_cast<int64_t>(prop.totalGlobalMem);
@@ -160,12 +160,13 @@ std::vector<DeviceInfo> listDevices()
 ResolvedDevice resolveDevice(const std::string& name, Precision precision)
 {
     const torch::Device dev = parseDevice(name);
-    ResolvedDevice r{dev.is_cpu() ? "cpu" : "cuda:" + std::to_string(dev.index()), precision, {}};
+    ResolvedDevice r { dev.is_cpu() ? "cpu" : "cuda:" + std::to_string(dev.index()), precision, {} };
     if (dev.is_cuda()) {
         const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
         if (n == 0) {
             r.device = "cpu";
-            r.note = "no CUDA device is available (" + std::string(torch::cuda::is_available() ? "" : "CUDA reports none") + "); using cpu";
+            r.note = "no CUDA device is available ("
+                + std::string(torch::cuda::is_available() ? "" : "CUDA reports none") + "); using cpu";
         } else if (dev.index() >= n) {
             r.device = "cpu";
             r.note = name + " does not exist (" + std::to_string(n) + " CUDA device(s)); using cpu";

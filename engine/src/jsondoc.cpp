@@ -5,8 +5,8 @@
 
 namespace chatbench {
 
-nlohmann::json parseDocument(const std::string& text, const std::string& file, const std::string& format,
-    const std::string& notThis)
+nlohmann::json parseDocument(
+    const std::string& text, const std::string& file, const std::string& format, const std::string& notThis)
 {
     nlohmann::json j;
     try {

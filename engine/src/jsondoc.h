@@ -9,7 +9,7 @@ namespace chatbench {
 
 // Parses `text` read from `file`. Throws Error(file, line) for malformed JSON and
 // Error(file, 1, notThis) when the document's "format" field is not `format`.
-nlohmann::json parseDocument(const std::string& text, const std::string& file, const std::string& format,
-    const std::string& notThis);
+nlohmann::json parseDocument(
+    const std::string& text, const std::string& file, const std::string& format, const std::string& notThis);
 
 } // namespace chatbench

@@ -9,7 +9,8 @@ Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg)
 {
     const int64_t V = cfg.vocabSize, E = cfg.embedDim, H = cfg.hidden;
     const double lstmDropout = cfg.layers > 1 ? cfg.dropout : 0.0;
-    encoderEmbedding = register_module("encoder_embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(V, E).padding_idx(0)));
+    encoderEmbedding
+        = register_module("encoder_embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(V, E).padding_idx(0)));
     decoderEmbedding = cfg.sharedEmbedding
         ? encoderEmbedding
         : register_module("decoder_embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(V, E).padding_idx(0)));
@@ -38,11 +39,12 @@ EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor&
     enc.h = std::get<0>(state); // (L, B, H)
     enc.c = std::get<1>(state); // (L, B, H)
     auto steps = torch::arange(src.size(1), torch::TensorOptions().device(src.device())).unsqueeze(0); // (1, S)
-    enc.mask = steps < lengths.to(src.device()).unsqueeze(1);                                     // (B, S)
+    enc.mask = steps < lengths.to(src.device()).unsqueeze(1); // (B, S)
     return enc;
 }
 
-DecoderOutput Seq2SeqImpl::decode(const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
+DecoderOutput Seq2SeqImpl::decode(
+    const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
 {
     DecoderOutput dec;
     auto x = dropout(decoderEmbedding(input)); // (B, T, E)
@@ -51,12 +53,13 @@ DecoderOutput Seq2SeqImpl::decode(const torch::Tensor& input, const torch::Tenso
     dec.c = std::get<1>(state);
     auto top = out;
     if (m_cfg.attention) {
-        auto keys = attentionKey(enc.outputs);                         // (B, S, H)
-        auto scores = torch::bmm(out, keys.transpose(1, 2));           // (B, T, S)
+        auto keys = attentionKey(enc.outputs); // (B, S, H)
+        auto scores = torch::bmm(out, keys.transpose(1, 2)); // (B, T, S)
         scores = scores.masked_fill(~enc.mask.unsqueeze(1), -1e9);
-        dec.attention = torch::softmax(scores, /*dim=*/-1);            // (B, T, S)
+        dec.attention = torch::softmax(scores, /*dim=*/-1); // (B, T, S)
         auto context = torch::bmm(dec.attention.to(enc.outputs.scalar_type()), enc.outputs); // (B, T, H)
-        top = torch::tanh(attentionCombine(torch::cat({out, context.to(out.scalar_type())}, /*dim=*/-1))); // (B, T, H)
+        top = torch::tanh(
+            attentionCombine(torch::cat({ out, context.to(out.scalar_type()) }, /*dim=*/-1))); // (B, T, H)
     }
     dec.logits = output(dropout(top)); // (B, T, V)
     return dec;

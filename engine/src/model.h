@@ -14,15 +14,15 @@ namespace chatbench {
 
 struct EncoderOutput {
     torch::Tensor outputs; // (B, S, H) top-layer h per source step, zeros past each length
-    torch::Tensor h;       // (L, B, H) final h at each sequence's last real token
-    torch::Tensor c;       // (L, B, H) final c likewise
-    torch::Tensor mask;    // (B, S) bool, true on real tokens
+    torch::Tensor h; // (L, B, H) final h at each sequence's last real token
+    torch::Tensor c; // (L, B, H) final c likewise
+    torch::Tensor mask; // (B, S) bool, true on real tokens
 };
 
 struct DecoderOutput {
-    torch::Tensor logits;    // (B, T, V)
-    torch::Tensor h;         // (L, B, H) state after the last step
-    torch::Tensor c;         // (L, B, H)
+    torch::Tensor logits; // (B, T, V)
+    torch::Tensor h; // (L, B, H) state after the last step
+    torch::Tensor c; // (L, B, H)
     torch::Tensor attention; // (B, T, S) when attention is on, else undefined
 };
 
@@ -33,18 +33,19 @@ public:
     // src (B, S) int64 padded with 0; lengths (B) int64 on the CPU, every length >= 1.
     EncoderOutput encode(const torch::Tensor& src, const torch::Tensor& lengths);
     // Teacher-forced (or one-step, T = 1) decoding from (h0, c0), each (L, B, H).
-    DecoderOutput decode(const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
+    DecoderOutput decode(
+        const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
 
     const ModelConfig& config() const { return m_cfg; }
 
-    torch::nn::Embedding encoderEmbedding{nullptr};
-    torch::nn::Embedding decoderEmbedding{nullptr}; // the same module as encoderEmbedding when shared
-    torch::nn::LSTM encoder{nullptr};
-    torch::nn::LSTM decoder{nullptr};
-    torch::nn::Linear attentionKey{nullptr};     // Luong "general" score W_a
-    torch::nn::Linear attentionCombine{nullptr}; // tanh(W_c [h; context])
-    torch::nn::Linear output{nullptr};
-    torch::nn::Dropout dropout{nullptr};
+    torch::nn::Embedding encoderEmbedding { nullptr };
+    torch::nn::Embedding decoderEmbedding { nullptr }; // the same module as encoderEmbedding when shared
+    torch::nn::LSTM encoder { nullptr };
+    torch::nn::LSTM decoder { nullptr };
+    torch::nn::Linear attentionKey { nullptr }; // Luong "general" score W_a
+    torch::nn::Linear attentionCombine { nullptr }; // tanh(W_c [h; context])
+    torch::nn::Linear output { nullptr };
+    torch::nn::Dropout dropout { nullptr };
 
 private:
     ModelConfig m_cfg;

@@ -103,7 +103,8 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1)
         out = latin1ToUtf8(out);
     } else if (const size_t bad = invalidUtf8Offset(out); bad != std::string_view::npos) {
         throw Error(file, lineOfOffset(out, bad),
-            "invalid UTF-8 (byte " + std::to_string(bad) + "); if the file is Latin-1, load it with the Latin-1 option");
+            "invalid UTF-8 (byte " + std::to_string(bad)
+                + "); if the file is Latin-1, load it with the Latin-1 option");
     }
     size_t start = 0;
     long line = 1;
@@ -113,7 +114,8 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1)
             end = out.size();
         if (end - start > kMaxLineBytes)
             throw Error(file, line,
-                "line is " + std::to_string(end - start) + " bytes long; the limit is " + std::to_string(kMaxLineBytes));
+                "line is " + std::to_string(end - start) + " bytes long; the limit is "
+                    + std::to_string(kMaxLineBytes));
         start = end + 1;
         ++line;
     }

@@ -18,7 +18,7 @@ namespace {
 // Keras' Tokenizer default `filters` argument.
 constexpr std::string_view kKerasFilters = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n";
 
-const std::vector<std::string> kSpecials = {"<pad>", "<unk>", "<start>", "<end>"};
+const std::vector<std::string> kSpecials = { "<pad>", "<unk>", "<start>", "<end>" };
 
 std::string asciiLower(std::string s)
 {
@@ -64,7 +64,8 @@ std::vector<std::string> Tokenizer::split(const std::string& input) const
         const auto b = static_cast<unsigned char>(s[i]);
         if (isWordByte(b)) {
             cur.push_back(s[i]);
-        } else if (s[i] == '\'' && !cur.empty() && i + 1 < s.size() && isWordByte(static_cast<unsigned char>(s[i + 1]))) {
+        } else if (s[i] == '\'' && !cur.empty() && i + 1 < s.size()
+            && isWordByte(static_cast<unsigned char>(s[i + 1]))) {
             cur.push_back(s[i]); // keep "don't" and "it's" whole
         } else {
             flush();
@@ -192,7 +193,7 @@ double oovRate(const Tokenizer& tok, const std::vector<Pair>& pairs)
 {
     int64_t total = 0, unknown = 0;
     for (const Pair& p : pairs) {
-        for (const std::string* s : {&p.prompt, &p.response}) {
+        for (const std::string* s : { &p.prompt, &p.response }) {
             const Encoded e = tok.encode(*s);
             total += static_cast<int64_t>(e.ids.size());
             unknown += static_cast<int64_t>(e.unknown.size());

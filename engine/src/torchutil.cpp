@@ -4,7 +4,7 @@ namespace chatbench {
 
 std::vector<float> toVector(const torch::Tensor& t)
 {
-    auto flat = t.detach().to(torch::kCPU, torch::kFloat32).contiguous().reshape({-1});
+    auto flat = t.detach().to(torch::kCPU, torch::kFloat32).contiguous().reshape({ -1 });
     return std::vector<float>(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
 }
 

@@ -35,7 +35,8 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, s
         return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(cfg.learningRate));
     case OptimizerKind::RMSprop:
         // Keras' RMSprop defaults: rho 0.9, epsilon 1e-7.
-        return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(cfg.learningRate).alpha(0.9).eps(1e-7));
+        return std::make_unique<torch::optim::RMSprop>(
+            params, torch::optim::RMSpropOptions(cfg.learningRate).alpha(0.9).eps(1e-7));
     case OptimizerKind::SGD:
         return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(cfg.learningRate));
     }
@@ -46,12 +47,12 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, s
 struct Session {
     TrainConfig cfg;
     std::string runDir;
-    torch::Device device{torch::kCPU};
+    torch::Device device { torch::kCPU };
     Precision precision = Precision::FP32;
     Tokenizer tok;
     std::vector<Example> train;
     std::vector<Example> validation;
-    Seq2Seq model{nullptr};
+    Seq2Seq model { nullptr };
     std::unique_ptr<torch::optim::Optimizer> optimizer;
     RunState state;
 };
@@ -79,17 +80,18 @@ torch::Tensor lossSum(Session& s, const Batch& batch, bool training, double teac
             if (t + 1 < T) {
                 auto truth = batch.input.select(1, t + 1);
                 auto guess = d.logits.squeeze(1).argmax(-1);
-                auto useTruth = torch::rand({truth.size(0)}, torch::TensorOptions().device(s.device)) < teacherForcing;
+                auto useTruth
+                    = torch::rand({ truth.size(0) }, torch::TensorOptions().device(s.device)) < teacherForcing;
                 input = torch::where(useTruth, truth, guess);
             }
         }
         logits = torch::cat(steps, 1);
     }
     const int64_t V = logits.size(-1);
-    auto flat = logits.reshape({-1, V}).to(torch::kFloat32);
-    auto target = batch.target.reshape({-1});
+    auto flat = logits.reshape({ -1, V }).to(torch::kFloat32);
+    auto target = batch.target.reshape({ -1 });
     if (correct) {
-        auto hits = (flat.argmax(-1) == target) & batch.mask.reshape({-1});
+        auto hits = (flat.argmax(-1) == target) & batch.mask.reshape({ -1 });
         *correct = hits.sum().item<int64_t>();
     }
     return torch::nn::functional::cross_entropy(flat, target,
@@ -165,7 +167,9 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
     s.train = makeExamples(split.train, s.tok, s.cfg.model, &skipped);
     s.validation = makeExamples(split.validation, s.tok, s.cfg.model, &skippedVal);
     if (skipped + skippedVal > 0)
-        log(cb, std::to_string(skipped + skippedVal) + " pair(s) skipped: prompt or response has no words after tokenizing");
+        log(cb,
+            std::to_string(skipped + skippedVal)
+                + " pair(s) skipped: prompt or response has no words after tokenizing");
     if (s.train.empty())
         throw Error("no training pairs left after tokenizing the corpus");
     s.cfg.model.vocabSize = s.tok.size();
@@ -209,7 +213,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.model, s.state.step));
     while (s.state.epoch < s.cfg.epochs && !s.state.finished) {
         const auto plan = planBatches(s.train, s.cfg.batchSize, s.cfg.bucketing, epochSeed(s.cfg.seed, s.state.epoch));
-        auto epochStart = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.state.epochSeconds));
+        auto epochStart = Clock::now()
+            - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.state.epochSeconds));
         for (int64_t b = s.state.batchInEpoch; b < static_cast<int64_t>(plan.size()); ++b) {
             if (cancelled()) {
                 s.state.epochSeconds = secondsSince(epochStart);
@@ -247,7 +252,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             const double lossValue = loss.item<double>();
             if (!std::isfinite(lossValue) && !scaleLoss)
                 throw Error("training diverged: the loss is " + std::to_string(lossValue) + " at step "
-                    + std::to_string(s.state.step + 1) + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
+                    + std::to_string(s.state.step + 1)
+                    + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
                     + s.state.checkpoint + ")");
             if (stepOk) {
                 if (s.cfg.clipNorm > 0)
@@ -262,13 +268,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             const double stepSeconds = secondsSince(stepStart);
             const double elapsed = elapsedAtStart + secondsSince(callStart);
             if (cb.onStep)
-                cb.onStep({s.state.epoch, s.state.step, lossValue,
-                    stepSeconds > 0 ? static_cast<double>(batch.tokens) / stepSeconds : 0, elapsed});
+                cb.onStep({ s.state.epoch, s.state.step, lossValue,
+                    stepSeconds > 0 ? static_cast<double>(batch.tokens) / stepSeconds : 0, elapsed });
             if (cb.onProgress) {
                 const int64_t doneHere = s.state.step - firstStep;
                 const double perStep = secondsSince(callStart) / static_cast<double>(std::max<int64_t>(1, doneHere));
-                cb.onProgress({s.state.epoch, s.cfg.epochs, s.state.step, totalSteps, elapsed,
-                    perStep * static_cast<double>(std::max<int64_t>(0, totalSteps - s.state.step))});
+                cb.onProgress({ s.state.epoch, s.cfg.epochs, s.state.step, totalSteps, elapsed,
+                    perStep * static_cast<double>(std::max<int64_t>(0, totalSteps - s.state.step)) });
             }
             if (s.cfg.checkpointEverySteps > 0 && s.state.step % s.cfg.checkpointEverySteps == 0) {
                 s.state.epochSeconds = secondsSince(epochStart);
@@ -370,9 +376,10 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
     writeFileAtomic(configPath(runDir), toJson(s.cfg));
     s.tok.save(vocabPath(runDir));
-    log(cb, "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
-        + std::to_string(s.validation.size()) + " validation pairs, device " + (s.device.is_cpu() ? "cpu" : "cuda") + " "
-        + precisionName(s.precision));
+    log(cb,
+        "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
+            + std::to_string(s.validation.size()) + " validation pairs, device " + (s.device.is_cpu() ? "cpu" : "cuda")
+            + " " + precisionName(s.precision));
     saveCheckpoint(runDir, s.model, *s.optimizer, s.state);
     return loop(s, cb);
 }
@@ -384,7 +391,9 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     s.runDir = runDir;
     s.state = loadState(runDir);
     if (s.state.corpusFingerprint != corpusFingerprint(corpus.pairs))
-        throw Error(runDir, 0, "the corpus differs from the one this run started with (" + s.cfg.corpus + "); resume needs the same pairs");
+        throw Error(runDir, 0,
+            "the corpus differs from the one this run started with (" + s.cfg.corpus
+                + "); resume needs the same pairs");
     s.tok = Tokenizer::load(vocabPath(runDir));
     if (epochs > 0 && epochs != s.cfg.epochs) {
         s.cfg.epochs = epochs;
@@ -397,7 +406,9 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         throw Error(vocabPath(runDir), 0, "vocabulary size does not match config.json");
     loadCheckpoint(runDir, s.state, s.model, s.optimizer.get());
     if (s.state.finished)
-        log(cb, "the run already finished " + std::to_string(s.state.epoch) + " epoch(s); give more epochs to train further");
+        log(cb,
+            "the run already finished " + std::to_string(s.state.epoch)
+                + " epoch(s); give more epochs to train further");
     else
         log(cb, "resuming at epoch " + std::to_string(s.state.epoch + 1) + ", step " + std::to_string(s.state.step));
     return loop(s, cb);

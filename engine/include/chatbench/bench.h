@@ -57,45 +57,46 @@ struct BenchClock {
 Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, const BenchClock& clock);
 
 struct BenchConfig {
-    std::vector<std::string> devices = {"cpu"};
-    std::vector<std::string> precisions = {"fp32"};   // fp32, bf16, fp16, tf32 (CUDA)
-    std::vector<int> batchSizes = {1, 16, 64};
-    std::vector<int> threads = {0};                   // CPU thread counts to sweep; 0 = default
-    std::string preset = "seed";                      // model and training settings
+    std::vector<std::string> devices = { "cpu" };
+    std::vector<std::string> precisions = { "fp32" }; // fp32, bf16, fp16, tf32 (CUDA)
+    std::vector<int> batchSizes = { 1, 16, 64 };
+    std::vector<int> threads = { 0 }; // CPU thread counts to sweep; 0 = default
+    std::string preset = "seed"; // model and training settings
     int warmup = 2;
     int repeats = 5;
-    bool epoch = true;           // time a whole epoch over the corpus (at the preset's batch size)
-    int replyLength = 20;        // decoder steps per reply (no early stop, for comparable work)
-    int raceEpochs = 0;          // > 0: also train on each device for this many epochs, recording loss vs time
+    bool epoch = true; // time a whole epoch over the corpus (at the preset's batch size)
+    int replyLength = 20; // decoder steps per reply (no early stop, for comparable work)
+    int raceEpochs = 0; // > 0: also train on each device for this many epochs, recording loss vs time
     uint64_t seed = 42;
 };
 
 struct BenchRow {
-    std::string device;          // "cpu", "cuda:0"
+    std::string device; // "cpu", "cuda:0"
     std::string precision;
-    int threads = 0;             // CPU intra-op threads used
+    int threads = 0; // CPU intra-op threads used
     int batch = 0;
-    std::string unit;            // "train_step", "epoch", "reply_latency", "reply_throughput"
+    std::string unit; // "train_step", "epoch", "reply_latency", "reply_throughput"
     Timing time;
     double tokensPerSecond = 0;
-    double gflops = 0;           // achieved, from the formula above (0 for epoch)
-    double gemmFraction = 0;     // gflops / GEMM ceiling of the same device and precision
-    int64_t peakMemoryBytes = 0; // CPU: the process's peak RSS during the unit (libraries included); CUDA: allocator peak
-    double energyJoules = -1;    // -1 = not available
-    std::string energySource;    // "rapl", "nvml" or "not available"
+    double gflops = 0; // achieved, from the formula above (0 for epoch)
+    double gemmFraction = 0; // gflops / GEMM ceiling of the same device and precision
+    int64_t peakMemoryBytes
+        = 0; // CPU: the process's peak RSS during the unit (libraries included); CUDA: allocator peak
+    double energyJoules = -1; // -1 = not available
+    std::string energySource; // "rapl", "nvml" or "not available"
 };
 
 struct GemmCeiling {
     std::string device;
     std::string precision;
-    int threads = 0;             // CPU intra-op threads (0 on CUDA)
-    int n = 0;                   // square matrix size
+    int threads = 0; // CPU intra-op threads (0 on CUDA)
+    int n = 0; // square matrix size
     double gflops = 0;
 };
 
 struct RacePoint {
     double seconds = 0;
-    double loss = 0;             // training loss (epoch mean)
+    double loss = 0; // training loss (epoch mean)
     double validationLoss = 0;
 };
 struct RaceCurve {
@@ -110,7 +111,7 @@ struct MachineInfo {
     std::vector<std::string> cpuFlags; // the SIMD and matrix extensions that matter here
     int cores = 0;
     int64_t memoryBytes = 0;
-    std::string gpuName;               // first CUDA device, empty without one
+    std::string gpuName; // first CUDA device, empty without one
     std::string gpuDriver;
     std::string torch, cuda, cudnn, onednn;
 };
@@ -118,8 +119,8 @@ struct MachineInfo {
 struct BenchReport {
     static constexpr int kSchemaVersion = 1;
     int schemaVersion = kSchemaVersion;
-    std::string created;   // ISO 8601, UTC
-    std::string label;     // a short name for charts (machine / GPU)
+    std::string created; // ISO 8601, UTC
+    std::string label; // a short name for charts (machine / GPU)
     MachineInfo machine;
     ModelConfig model;
     std::string preset;

@@ -25,22 +25,22 @@ namespace chatbench {
 
 enum class DecodeMethod { Greedy, Beam, Sample };
 enum class HandoffMode {
-    Correct,      // decoder starts from the encoder's final (h, c) and carries its state
-    ZeroInit,     // decoder starts from zeros (the bug)
+    Correct, // decoder starts from the encoder's final (h, c) and carries its state
+    ZeroInit, // decoder starts from zeros (the bug)
     ResetEachStep // decoder starts right but loses its state after every step
 };
 
 std::string decodeMethodName(DecodeMethod m); // "greedy" / "beam" / "sample"
-std::string handoffModeName(HandoffMode m);   // "correct" / "zero-init" / "reset-each-step"
+std::string handoffModeName(HandoffMode m); // "correct" / "zero-init" / "reset-each-step"
 
 struct DecodeOptions {
     DecodeMethod method = DecodeMethod::Greedy;
-    int beamWidth = 4;        // beam search hypotheses
+    int beamWidth = 4; // beam search hypotheses
     double temperature = 1.0; // sampling temperature (> 0)
-    int topK = 0;             // sample among the k most likely tokens; 0 = all
-    uint64_t seed = 0;        // sampling seed
-    int maxLength = 0;        // reply tokens at most; 0 = the model's max target length
-    int traceTopK = 5;        // top-k entries recorded per decoder step
+    int topK = 0; // sample among the k most likely tokens; 0 = all
+    uint64_t seed = 0; // sampling seed
+    int maxLength = 0; // reply tokens at most; 0 = the model's max target length
+    int traceTopK = 5; // top-k entries recorded per decoder step
     HandoffMode handoff = HandoffMode::Correct;
     bool recordLogits = false; // keep every step's full logits in the trace (for device parity checks)
 };
@@ -57,40 +57,40 @@ struct TokenProbability {
 };
 
 struct DecoderStep {
-    int64_t inputId = 0;              // token fed in
+    int64_t inputId = 0; // token fed in
     std::string inputWord;
-    int64_t chosenId = 0;             // token chosen (may be <end>)
+    int64_t chosenId = 0; // token chosen (may be <end>)
     std::string chosenWord;
-    std::vector<TokenProbability> topK;  // most likely next tokens (softmax at temperature 1)
-    std::vector<LayerState> stateIn;  // per layer, the state this step started from
+    std::vector<TokenProbability> topK; // most likely next tokens (softmax at temperature 1)
+    std::vector<LayerState> stateIn; // per layer, the state this step started from
     std::vector<LayerState> stateOut; // per layer, the state it produced
-    std::vector<float> inputGate;     // top layer, sigmoid(i)
-    std::vector<float> forgetGate;    // top layer, sigmoid(f)
-    std::vector<float> cellGate;      // top layer, tanh(g)
-    std::vector<float> outputGate;    // top layer, sigmoid(o)
-    std::vector<float> attention;     // weights over the source tokens (empty without attention)
-    std::vector<float> logits;        // all V logits, only with DecodeOptions::recordLogits
-    double milliseconds = 0;          // wall time of the step
+    std::vector<float> inputGate; // top layer, sigmoid(i)
+    std::vector<float> forgetGate; // top layer, sigmoid(f)
+    std::vector<float> cellGate; // top layer, tanh(g)
+    std::vector<float> outputGate; // top layer, sigmoid(o)
+    std::vector<float> attention; // weights over the source tokens (empty without attention)
+    std::vector<float> logits; // all V logits, only with DecodeOptions::recordLogits
+    double milliseconds = 0; // wall time of the step
 };
 
 struct TraceChecks {
-    double handoffMaxDiff = 0;        // max |decoder initial − encoder final| over layers, h and c
-    bool handoffEqual = false;        // exactly 0
-    double carriedMaxDiff = 0;        // max |step t input state − step t−1 output state|
-    bool stateCarried = false;        // exactly 0
-    double teacherForcedMaxDiff = 0;  // max |step-wise logits − one teacher-forced pass from the encoder state|
-    bool teacherForcedEqual = false;  // within kLogitTolerance
-    double gateReplayMaxDiff = 0;     // the hand-written LSTM step (gates) against the module's h, c
+    double handoffMaxDiff = 0; // max |decoder initial − encoder final| over layers, h and c
+    bool handoffEqual = false; // exactly 0
+    double carriedMaxDiff = 0; // max |step t input state − step t−1 output state|
+    bool stateCarried = false; // exactly 0
+    double teacherForcedMaxDiff = 0; // max |step-wise logits − one teacher-forced pass from the encoder state|
+    bool teacherForcedEqual = false; // within kLogitTolerance
+    double gateReplayMaxDiff = 0; // the hand-written LSTM step (gates) against the module's h, c
     static constexpr double kLogitTolerance = 1e-4;
 };
 
 struct StateTrace {
     std::vector<int64_t> inputIds;
-    std::vector<std::string> inputWords;   // as tokenized
+    std::vector<std::string> inputWords; // as tokenized
     std::vector<std::string> unknownWords; // words that became <unk>
-    std::vector<LayerState> encoderFinal;  // per layer, at the last real token
+    std::vector<LayerState> encoderFinal; // per layer, at the last real token
     std::vector<std::vector<float>> encoderTopH; // top layer h at every source step, (S)(H)
-    std::vector<LayerState> decoderInitial;      // per layer, what the decoder started from
+    std::vector<LayerState> decoderInitial; // per layer, what the decoder started from
     std::vector<DecoderStep> steps;
     TraceChecks checks;
     HandoffMode handoff = HandoffMode::Correct;
@@ -101,9 +101,9 @@ struct StateTrace {
 
 struct Reply {
     std::string text;
-    std::vector<int64_t> ids;   // reply tokens without <end>
-    double score = 0;           // mean log-probability per token of the reply
-    StateTrace trace;           // filled by reply(); replyBatch fills only encoderFinal
+    std::vector<int64_t> ids; // reply tokens without <end>
+    double score = 0; // mean log-probability per token of the reply
+    StateTrace trace; // filled by reply(); replyBatch fills only encoderFinal
 };
 
 class Chatbot {
@@ -120,7 +120,7 @@ public:
     const TrainConfig& config() const;
     std::string device() const;
     std::string note() const; // device fallback note, empty when none
-    int64_t step() const;     // optimizer steps the loaded weights were trained for
+    int64_t step() const; // optimizer steps the loaded weights were trained for
 
     struct Impl;
     explicit Chatbot(std::shared_ptr<Impl> impl);

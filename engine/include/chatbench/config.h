@@ -19,43 +19,43 @@ namespace chatbench {
 enum class OptimizerKind { Adam, RMSprop, SGD };
 enum class Precision { FP32, BF16, FP16 };
 
-std::string optimizerName(OptimizerKind k);  // "adam" / "rmsprop" / "sgd"
+std::string optimizerName(OptimizerKind k); // "adam" / "rmsprop" / "sgd"
 std::optional<OptimizerKind> parseOptimizer(const std::string& name);
-std::string precisionName(Precision p);      // "fp32" / "bf16" / "fp16"
+std::string precisionName(Precision p); // "fp32" / "bf16" / "fp16"
 std::optional<Precision> parsePrecision(const std::string& name);
 
 struct ModelConfig {
-    int64_t vocabSize = 0;        // set from the tokenizer when training starts
-    int embedDim = 200;           // embedding width
-    int hidden = 200;             // LSTM units per layer
-    int layers = 1;               // stacked LSTM layers (encoder and decoder alike)
-    double dropout = 0.0;         // between stacked layers and on embeddings while training
-    bool attention = false;       // Luong (general) attention over the encoder outputs
+    int64_t vocabSize = 0; // set from the tokenizer when training starts
+    int embedDim = 200; // embedding width
+    int hidden = 200; // LSTM units per layer
+    int layers = 1; // stacked LSTM layers (encoder and decoder alike)
+    double dropout = 0.0; // between stacked layers and on embeddings while training
+    bool attention = false; // Luong (general) attention over the encoder outputs
     bool sharedEmbedding = false; // one embedding table for encoder and decoder
-    int maxSourceLength = 22;     // prompt words kept (the rest are cut)
-    int maxTargetLength = 74;     // response tokens kept, <start> and <end> included
+    int maxSourceLength = 22; // prompt words kept (the rest are cut)
+    int maxTargetLength = 74; // response tokens kept, <start> and <end> included
 };
 
 struct TrainConfig {
-    std::string preset = "seed";  // the preset these values started from
+    std::string preset = "seed"; // the preset these values started from
     ModelConfig model;
     TokenizerOptions tokenizer;
     OptimizerKind optimizer = OptimizerKind::RMSprop;
     double learningRate = 1e-3;
-    double clipNorm = 5.0;          // gradient-norm clipping; 0 = off
-    double teacherForcing = 1.0;    // probability of feeding the true previous token
+    double clipNorm = 5.0; // gradient-norm clipping; 0 = off
+    double teacherForcing = 1.0; // probability of feeding the true previous token
     int batchSize = 50;
     int epochs = 150;
     double validationFraction = 0.1;
-    int patience = 0;               // early stopping after this many epochs without a better validation loss; 0 = off
+    int patience = 0; // early stopping after this many epochs without a better validation loss; 0 = off
     uint64_t seed = 42;
-    bool deterministic = true;      // deterministic algorithms only
-    bool bucketing = true;          // group pairs of similar length into batches
-    int checkpointEverySteps = 0;   // extra checkpoints between epochs; 0 = at epoch ends only
-    std::string device = "cpu";     // "cpu" or "cuda:N"
+    bool deterministic = true; // deterministic algorithms only
+    bool bucketing = true; // group pairs of similar length into batches
+    int checkpointEverySteps = 0; // extra checkpoints between epochs; 0 = at epoch ends only
+    std::string device = "cpu"; // "cpu" or "cuda:N"
     Precision precision = Precision::FP32;
-    int threads = 0;                // CPU threads; 0 = the library default
-    std::string corpus;             // corpus path the run trains on (for resume and the record)
+    int threads = 0; // CPU threads; 0 = the library default
+    std::string corpus; // corpus path the run trains on (for resume and the record)
     CorpusFormat corpusFormat = CorpusFormat::Auto;
     bool latin1 = false;
 };

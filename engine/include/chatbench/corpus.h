@@ -22,21 +22,21 @@ std::string formatName(CorpusFormat format);
 std::optional<CorpusFormat> parseFormat(const std::string& name);
 
 struct Pair {
-    std::string prompt;   // what the user says
+    std::string prompt; // what the user says
     std::string response; // what the bot should answer
-    std::string file;     // where the pair came from
-    long line = 0;        // 1-based line of the prompt in that file (0 when unknown)
+    std::string file; // where the pair came from
+    long line = 0; // 1-based line of the prompt in that file (0 when unknown)
 };
 
 struct LoadOptions {
     CorpusFormat format = CorpusFormat::Auto; // Auto detects from the path's name and content
-    bool latin1 = false;                      // decode as Latin-1 instead of UTF-8 (Cornell always is)
+    bool latin1 = false; // decode as Latin-1 instead of UTF-8 (Cornell always is)
 };
 
 struct Corpus {
-    std::vector<Pair> pairs;           // in file order
+    std::vector<Pair> pairs; // in file order
     CorpusFormat format = CorpusFormat::Auto; // the format that was used
-    std::vector<std::string> files;    // files read, in order
+    std::vector<std::string> files; // files read, in order
     std::vector<std::string> warnings; // skipped files or records, "file:line: why"
 };
 

@@ -21,10 +21,10 @@ struct PrecisionSupport {
 };
 
 struct DeviceInfo {
-    std::string id;          // "cpu" or "cuda:N"
-    std::string name;        // CPU model or GPU name
+    std::string id; // "cpu" or "cuda:N"
+    std::string name; // CPU model or GPU name
     int64_t memoryBytes = 0; // RAM or GPU memory
-    int threads = 0;         // CPU: intra-op threads in use
+    int threads = 0; // CPU: intra-op threads in use
     std::vector<PrecisionSupport> precisions; // fp32, bf16, fp16
 };
 
@@ -32,25 +32,25 @@ struct DeviceInfo {
 std::vector<DeviceInfo> listDevices();
 
 struct ResolvedDevice {
-    std::string device;  // what will actually be used
+    std::string device; // what will actually be used
     Precision precision = Precision::FP32;
-    std::string note;    // non-empty when a fallback happened: what and why
+    std::string note; // non-empty when a fallback happened: what and why
 };
 // Falls back to cpu / fp32 with a note instead of failing. Throws Error for a malformed name.
 ResolvedDevice resolveDevice(const std::string& device, Precision precision);
 
 struct EnvironmentInfo {
     std::string torchVersion;
-    bool cudaBuilt = false;      // libtorch_cuda is linked in
-    bool cudaAvailable = false;  // a CUDA device and driver are usable
+    bool cudaBuilt = false; // libtorch_cuda is linked in
+    bool cudaAvailable = false; // a CUDA device and driver are usable
     int cudaDeviceCount = 0;
-    std::string cudaVersion;     // CUDA version torch was built with
+    std::string cudaVersion; // CUDA version torch was built with
     std::string cudnnVersion;
-    std::string driverVersion;   // CUDA driver, when one is installed
+    std::string driverVersion; // CUDA driver, when one is installed
     std::string onednnVersion;
-    int threads = 0;             // intra-op threads
+    int threads = 0; // intra-op threads
     int interopThreads = 0;
-    std::string buildConfig;     // torch's own configuration summary
+    std::string buildConfig; // torch's own configuration summary
 };
 EnvironmentInfo environmentInfo();
 

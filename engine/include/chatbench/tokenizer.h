@@ -19,7 +19,7 @@
 namespace chatbench {
 
 enum class TokenizerMode {
-    Keras,      // lowercase, Keras' default filter characters become spaces, split on spaces
+    Keras, // lowercase, Keras' default filter characters become spaces, split on spaces
     Punctuation // lowercase, every punctuation mark is a token of its own
 };
 
@@ -28,12 +28,12 @@ std::string tokenizerModeName(TokenizerMode mode); // "keras" / "punct"
 struct TokenizerOptions {
     TokenizerMode mode = TokenizerMode::Keras;
     int minFrequency = 1; // words seen fewer times become <unk>
-    int maxSize = 0;      // most frequent words kept, specials included; 0 = no limit
+    int maxSize = 0; // most frequent words kept, specials included; 0 = no limit
 };
 
 struct Encoded {
-    std::vector<int64_t> ids;         // one per word, <unk> for unknown words
-    std::vector<std::string> words;   // the words the text split into
+    std::vector<int64_t> ids; // one per word, <unk> for unknown words
+    std::vector<std::string> words; // the words the text split into
     std::vector<std::string> unknown; // the words that became <unk>, in order
 };
 

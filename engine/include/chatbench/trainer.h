@@ -26,23 +26,23 @@
 namespace chatbench {
 
 struct StepMetrics {
-    int epoch = 0;               // 0-based epoch of this step
-    int64_t step = 0;            // optimizer steps done so far (1 after the first)
-    double loss = 0;             // masked cross-entropy of this batch
-    double tokensPerSecond = 0;  // target tokens / step wall time
-    double elapsedSeconds = 0;   // training wall time so far (resumes add up)
+    int epoch = 0; // 0-based epoch of this step
+    int64_t step = 0; // optimizer steps done so far (1 after the first)
+    double loss = 0; // masked cross-entropy of this batch
+    double tokensPerSecond = 0; // target tokens / step wall time
+    double elapsedSeconds = 0; // training wall time so far (resumes add up)
 };
 
 struct EpochMetrics {
-    int epoch = 0;                 // 0-based
-    int64_t step = 0;              // optimizer steps done at the end of the epoch
-    double trainLoss = 0;          // token-weighted mean over the epoch
-    double validationLoss = 0;     // NaN when there is no validation set
+    int epoch = 0; // 0-based
+    int64_t step = 0; // optimizer steps done at the end of the epoch
+    double trainLoss = 0; // token-weighted mean over the epoch
+    double validationLoss = 0; // NaN when there is no validation set
     double validationAccuracy = 0; // next-token accuracy on validation (teacher forced)
-    double perplexity = 0;         // exp(validationLoss), or exp(trainLoss) without validation
-    double seconds = 0;            // wall time of the epoch
-    double tokensPerSecond = 0;    // training tokens / second over the epoch
-    double elapsedSeconds = 0;     // training wall time so far
+    double perplexity = 0; // exp(validationLoss), or exp(trainLoss) without validation
+    double seconds = 0; // wall time of the epoch
+    double tokensPerSecond = 0; // training tokens / second over the epoch
+    double elapsedSeconds = 0; // training wall time so far
 };
 
 struct TrainProgress {
@@ -58,11 +58,11 @@ struct TrainCallbacks {
     std::function<void(const StepMetrics&)> onStep;
     std::function<void(const EpochMetrics&)> onEpoch;
     std::function<void(const TrainProgress&)> onProgress; // after every step
-    std::function<void(const std::string&)> onLog;         // notes: device fallback, skipped pairs, checkpoints
+    std::function<void(const std::string&)> onLog; // notes: device fallback, skipped pairs, checkpoints
     // After every epoch (and once before the first step): a copy of the current weights to chat
     // with from another thread while training goes on.
     std::function<void(const Chatbot&)> onSnapshot;
-    const std::atomic<bool>* cancel = nullptr;             // set to stop after the current batch
+    const std::atomic<bool>* cancel = nullptr; // set to stop after the current batch
 };
 
 enum class TrainStatus { Finished, EarlyStopped, Cancelled };
@@ -73,14 +73,15 @@ struct TrainResult {
     int64_t steps = 0;
     double finalTrainLoss = 0;
     double bestValidationLoss = 0;
-    double seconds = 0;     // wall time of this call
-    std::string device;     // what was used after fallbacks
+    double seconds = 0; // wall time of this call
+    std::string device; // what was used after fallbacks
     Precision precision = Precision::FP32;
     std::vector<EpochMetrics> history; // every epoch of the run, resumed ones included
 };
 
 // Trains a new run in `runDir` (created; must not already hold a run). Throws Error.
-TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb = {});
+TrainResult train(
+    const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb = {});
 
 // Continues a run from its last checkpoint, bit-for-bit as if it had not stopped (same device and
 // threads). `epochs` > 0 changes the target epoch count. The corpus must be the one the run
