@@ -36,8 +36,7 @@ int main(int argc, char** argv)
     if (corpus.isEmpty())
         corpus = qEnvironmentVariable("CHATBENCH_CORPUS");
     if (corpus.isEmpty())
-        corpus = QFileInfo::exists("datasets/chatbench") ? QDir("datasets/chatbench").absolutePath()
-                                                         : CHATBENCH_DATASETS_DIR "/chatbench";
+        corpus = QFileInfo::exists("datasets/chatbench") ? QString("datasets/chatbench") : CHATBENCH_DATASETS_DIR "/chatbench";
 
     // The tour starts from clean settings and a scratch runs folder, whatever the user has.
     std::unique_ptr<QTemporaryDir> scratch;

@@ -506,7 +506,8 @@ void CompareView::refresh()
     }
     m_epoch->xAxis->setTicker(ticks);
     m_epoch->xAxis->setRange(-0.7, std::max(1, pos) - 0.3);
-    m_epoch->yAxis->setRange(0, slowest > 0 ? slowest * 1.35 : 1);
+    // Head room above the bars for the speed-up labels and the legend.
+    m_epoch->yAxis->setRange(0, slowest > 0 ? slowest * 1.7 : 1);
     m_epoch->replot();
 
     // 2. Training tokens/s against batch size, one line per report/device/precision/threads.
@@ -560,7 +561,7 @@ void CompareView::refresh()
     }
     m_throughput->replot();
     m_latency->xAxis->setRange(0, maxLatency > 0 ? maxLatency * 1.3 : 1);
-    m_latency->yAxis->setRange(0, maxThroughput > 0 ? maxThroughput * 1.3 : 1);
+    m_latency->yAxis->setRange(0, maxThroughput > 0 ? maxThroughput * 1.9 : 1); // the legend sits above the points
     m_latency->replot();
 
     // 4. The race.

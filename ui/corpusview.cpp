@@ -148,8 +148,10 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_table = new QTableView;
     m_table->setModel(m_proxy);
     m_table->setSortingEnabled(true);
+    m_table->sortByColumn(-1, Qt::AscendingOrder); // file order until a header is clicked
     m_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_table->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
     m_table->verticalHeader()->setDefaultSectionSize(22);
     m_table->setAlternatingRowColors(true);
 

@@ -70,7 +70,10 @@ void loadYamlFile(Corpus& corpus, const std::string& file, const LoadOptions& op
     try {
         root = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-        throw Error(file, e.mark.line + 1, "YAML: " + e.msg);
+        // An unclosed [ or { is only noticed where the file ends; say so rather than blame that line.
+        const bool unclosed = e.msg.find("not found") != std::string::npos;
+        throw Error(
+            file, e.mark.line + 1, "YAML: " + e.msg + (unclosed ? " (an unclosed [ or { earlier in the file)" : ""));
     }
     if (!root.IsMap() || !root["conversations"])
         throw Error(file, 1, "expected a 'conversations:' key (chatterbot corpus format)");
