@@ -195,7 +195,6 @@ void CorpusView::load(const QString& path)
     r.format = static_cast<CorpusFormat>(m_format->currentData().toInt());
     r.latin1 = m_latin1->isChecked();
     r.tokenizer = tokenizerOptions();
-    m_pending = true;
     m_error->hide();
     m_pathLabel->setText(tr("loading %1…").arg(path));
     m_engine->loadCorpus(r);
@@ -219,7 +218,6 @@ void CorpusView::openFolder()
 
 void CorpusView::showError(const QString& message)
 {
-    m_pending = false;
     m_error->setText(tr("Could not load the corpus:\n%1").arg(message));
     m_error->show();
     m_pathLabel->setText(m_loaded ? m_path : tr("none"));
@@ -227,7 +225,6 @@ void CorpusView::showError(const QString& message)
 
 void CorpusView::showSummary(const CorpusSummary& s)
 {
-    m_pending = false;
     m_loaded = true;
     m_path = s.request.path;
     m_error->hide();

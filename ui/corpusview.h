@@ -68,5 +68,4 @@ private:
     QSortFilterProxyModel* m_proxy = nullptr;
     QString m_path;
     bool m_loaded = false;
-    bool m_pending = false;
 };

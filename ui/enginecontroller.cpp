@@ -6,7 +6,6 @@
 #include <QDir>
 #include <QFileInfo>
 
-#include <map>
 #include <set>
 
 using namespace chatbench;
@@ -23,6 +22,14 @@ template <typename Job, typename Fail> void guarded(Job&& job, Fail&& fail)
     } catch (const std::exception& e) {
         fail(QStringLiteral("internal error: %1").arg(QString::fromStdString(e.what())));
     }
+}
+
+// The result reported for a training job that never got to run.
+TrainResult notRun()
+{
+    TrainResult r;
+    r.status = TrainStatus::Cancelled;
+    return r;
 }
 
 } // namespace
@@ -85,7 +92,7 @@ public:
     {
         if (!m_corpus) {
             Q_EMIT failed(tr("Load a corpus before training."), EngineController::Job::Training);
-            Q_EMIT trainingFinished(TrainResult { TrainStatus::Cancelled }, runDir);
+            Q_EMIT trainingFinished(notRun(), runDir);
             return;
         }
         cfg.corpus = m_corpusPath.toStdString();
@@ -112,7 +119,7 @@ public:
             },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
         if (!m_corpus) {
-            Q_EMIT trainingFinished(TrainResult { TrainStatus::Cancelled }, runDir);
+            Q_EMIT trainingFinished(notRun(), runDir);
             return;
         }
         run(runDir,
@@ -214,13 +221,19 @@ class ChatWorker : public QObject {
 public:
     void setBot(std::shared_ptr<const Chatbot> bot) { m_bot = std::move(bot); }
 
-    void reply(quint64 id, const QString& text, const DecodeOptions& opt)
+    // False (after saying why) when there are no weights to answer with yet.
+    bool ready()
     {
-        if (!m_bot) {
+        if (!m_bot)
             Q_EMIT failed(
                 tr("There is no model to chat with yet: train one or open a saved run."), EngineController::Job::Chat);
+        return m_bot != nullptr;
+    }
+
+    void reply(quint64 id, const QString& text, const DecodeOptions& opt)
+    {
+        if (!ready())
             return;
-        }
         guarded(
             [&] {
                 ChatAnswer a;
@@ -235,11 +248,8 @@ public:
 
     void probe(const QStringList& questions, const DecodeOptions& opt)
     {
-        if (!m_bot) {
-            Q_EMIT failed(
-                tr("There is no model to probe yet: train one or open a saved run."), EngineController::Job::Chat);
+        if (!ready())
             return;
-        }
         guarded(
             [&] {
                 ProbeResult r;

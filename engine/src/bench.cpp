@@ -301,7 +301,7 @@ struct Bench {
         return t;
     }
 
-    void runCombo(const torch::Device& dev, const std::string& precision, int threads)
+    void runCombo(const torch::Device& dev, const std::string& precision)
     {
         const Precision p = precision == "tf32" ? Precision::FP32 : *parsePrecision(precision);
         if (dev.is_cuda())
@@ -570,7 +570,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
         if (bench.cancelled())
             break;
         torch::set_num_threads(c.threads > 0 ? c.threads : defaultThreads);
-        bench.runCombo(c.dev, c.precision, c.threads);
+        bench.runCombo(c.dev, c.precision);
     }
     torch::set_num_threads(defaultThreads);
     at::globalContext().setDeterministicAlgorithms(wasDeterministic, wasWarnOnly);
