@@ -1,5 +1,6 @@
 // chatbench: the workbench window. `--screenshot DIR` runs the screenshot tour instead.
 
+#include "chatbench/corpus.h"
 #include "corpusview.h"
 #include "mainwindow.h"
 #include "screenshottour.h"
@@ -34,9 +35,7 @@ int main(int argc, char** argv)
 
     QString corpus = parser.value(corpusOpt);
     if (corpus.isEmpty())
-        corpus = qEnvironmentVariable("CHATBENCH_CORPUS");
-    if (corpus.isEmpty())
-        corpus = QFileInfo::exists("datasets/chatbench") ? QString("datasets/chatbench") : CHATBENCH_DATASETS_DIR "/chatbench";
+        corpus = QString::fromStdString(chatbench::defaultCorpusPath());
 
     // The tour starts from clean settings and a scratch runs folder, whatever the user has.
     std::unique_ptr<QTemporaryDir> scratch;

@@ -1,10 +1,12 @@
-// The benchmark harness: the FLOP formula against a hand count, the timing harness against a
-// fake device clock, the report schema round trip, bad reports, and a small real run on the CPU.
+// The benchmark harness on the CPU: a small real run, and the process settings it changes put
+// back however it ends (finished, cancelled, thrown).
 
 #include "chatbench/bench.h"
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "testutil.h"
+
+#include <torch/torch.h>
 
 #include <cmath>
 
@@ -14,147 +16,9 @@ class TestBench : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
-    void flopsMatchHandCount();
-    void summaryStatistics();
-    void harnessSynchronisesAndSkipsWarmup();
-    void reportRoundTrip();
-    void badReports_data();
-    void badReports();
     void smallRunOnCpu();
+    void settingsRestoredWhenCancelledOrThrown();
 };
-
-void TestBench::flopsMatchHandCount()
-{
-    // LSTM, 2 layers, E=3, H=4, B=5, T=6. Layer 0: 2·4·4·(3+4)·5·6 = 6720; layer 1: 2·4·4·(4+4)·5·6 = 7680.
-    QCOMPARE(lstmFlops(2, 3, 4, 5, 6), 14400.0);
-    ModelConfig m;
-    m.vocabSize = 10;
-    m.embedDim = 3;
-    m.hidden = 4;
-    m.layers = 2;
-    // Encoder over S=7: 2·16·7·35 + 2·16·8·35 = 7840 + 8960 = 16800; decoder over T=6: 14400;
-    // projection 2·H·V·B·T = 2·4·10·5·6 = 2400.
-    QCOMPARE(seq2seqForwardFlops(m, 5, 7, 6), 33600.0);
-    QCOMPARE(seq2seqTrainFlops(m, 5, 7, 6), 100800.0);
-    // Attention adds keys 2·H·H·B·S = 1120, scores + context 2·2·S·H·B·T = 3360, combine 2·2H·H·B·T = 1920.
-    m.attention = true;
-    QCOMPARE(seq2seqForwardFlops(m, 5, 7, 6), 33600.0 + 1120 + 3360 + 1920);
-}
-
-void TestBench::summaryStatistics()
-{
-    const Timing t = summarise({ 5, 1, 4, 2, 3 });
-    QCOMPARE(t.median, 3.0);
-    QCOMPARE(t.min, 1.0);
-    QCOMPARE(t.max, 5.0);
-    QCOMPARE(t.p10, 1.4);
-    QCOMPARE(t.p90, 4.6);
-    QCOMPARE(t.samples.size(), size_t(5));
-    QCOMPARE(summarise({ 2, 4 }).median, 3.0);
-}
-
-void TestBench::harnessSynchronisesAndSkipsWarmup()
-{
-    // A fake device: work only queues time; it lands on the clock when someone synchronises,
-    // like CUDA kernels. The first call is a slow warm-up (1 s), later ones take 0.25 s.
-    double clock = 0, queued = 0;
-    int calls = 0;
-    const BenchClock device { [&] { return clock; },
-        [&] {
-            clock += queued;
-            queued = 0;
-        } };
-    auto work = [&] { queued += calls++ == 0 ? 1.0 : 0.25; };
-    const Timing t = timeRepeated(work, /*warmup=*/1, /*repeats=*/4, device);
-    QCOMPARE(calls, 5);
-    QCOMPARE(t.samples.size(), size_t(4));
-    for (double s : t.samples)
-        QCOMPARE(s, 0.25); // not 0 (no sync after the work), not 1.25 (warm-up leaking in)
-    QCOMPARE(t.median, 0.25);
-
-    // Without a sync the same harness would read 0: the fake really models asynchrony.
-    calls = 1;
-    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
-    QCOMPARE(unsynced.median, 0.0);
-}
-
-void TestBench::reportRoundTrip()
-{
-    BenchReport r;
-    r.created = "2026-01-02T03:04:05Z";
-    r.label = "Test GPU";
-    r.machine.cpuModel = "Test CPU";
-    r.machine.cpuFlags = { "avx2", "fma" };
-    r.machine.cores = 8;
-    r.machine.memoryBytes = 1 << 30;
-    r.machine.gpuName = "Test GPU";
-    r.machine.gpuDriver = "580.1";
-    r.machine.torch = "2.11.0";
-    r.machine.cuda = "13.0.0";
-    r.machine.cudnn = "9.19.0";
-    r.machine.onednn = "v3.10";
-    r.preset = "seed";
-    r.model.vocabSize = 1000;
-    r.corpus = "chatbench";
-    r.corpusPairs = 318;
-    r.gemm = { { "cuda:0", "fp16", 0, 4096, 512000.5 } };
-    BenchRow row;
-    row.device = "cuda:0";
-    row.precision = "fp16";
-    row.batch = 64;
-    row.unit = "train_step";
-    row.time = summarise({ 0.010, 0.011, 0.012 });
-    row.tokensPerSecond = 123456.5;
-    row.gflops = 2048.25;
-    row.gemmFraction = 0.004;
-    row.peakMemoryBytes = 123456789;
-    row.energyJoules = 1.5;
-    row.energySource = "nvml";
-    r.rows = { row };
-    row.unit = "reply_latency";
-    row.energyJoules = -1;
-    row.energySource = "not available";
-    r.rows.push_back(row);
-    r.races = { { "cuda:0", "fp16", 0, { { 0.5, 5.0, 5.5 }, { 1.0, 4.0, NAN } } } };
-    r.notes = { "cpu fp16: not supported" };
-    const std::string json = toJson(r);
-    const BenchReport back = benchReportFromJson(json, "mem.json");
-    QCOMPARE(toJson(back), json);
-    QCOMPARE(back.rows.size(), size_t(2));
-    QCOMPARE(back.rows[0].time.median, 0.011);
-    QCOMPARE(back.rows[1].energyJoules, -1.0);
-    QVERIFY(std::isnan(back.races[0].points[1].validationLoss));
-    QCOMPARE(back.schemaVersion, BenchReport::kSchemaVersion);
-}
-
-void TestBench::badReports_data()
-{
-    QTest::addColumn<QByteArray>("bytes");
-    QTest::addColumn<long>("line");
-    QTest::addColumn<QString>("fragment");
-    QTest::newRow("syntax") << QByteArray("{\n \"format\": \"chatbench-bench\",\n \"rows\": [,]\n}") << 3L << "JSON";
-    QTest::newRow("other-format") << QByteArray("{\"format\": \"chatbench-config\"}") << 1L
-                                  << "not a chatbench benchmark";
-    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 0L
-                                  << "schema version 99";
-    QTest::newRow("missing") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 1}") << 0L
-                             << "bad benchmark report";
-}
-
-void TestBench::badReports()
-{
-    QFETCH(QByteArray, bytes);
-    QFETCH(long, line);
-    QFETCH(QString, fragment);
-    try {
-        benchReportFromJson(bytes.toStdString(), "r.json");
-        QFAIL("expected an error");
-    } catch (const Error& e) {
-        QCOMPARE(e.file(), std::string("r.json"));
-        QCOMPARE(e.line(), line);
-        QVERIFY2(QString(e.what()).contains(fragment), e.what());
-    }
-}
 
 void TestBench::smallRunOnCpu()
 {
@@ -165,9 +29,9 @@ void TestBench::smallRunOnCpu()
     BenchConfig cfg;
     cfg.preset = "quick";
     cfg.devices = { "cpu", "cuda:0" };
-    cfg.precisions = { "fp32", "tf32" };
+    cfg.precisions = { BenchPrecision::FP32, BenchPrecision::TF32 };
     cfg.batchSizes = { 4, 8 };
-    cfg.repeats = 3;
+    cfg.repeats = 4; // the epoch unit repeats at most 3 times, the others cfg.repeats times
     cfg.warmup = 1;
     cfg.replyLength = 5;
     cfg.raceEpochs = 2;
@@ -187,7 +51,7 @@ void TestBench::smallRunOnCpu()
     QCOMPARE(rowsSeen, static_cast<int>(r.rows.size()));
     for (const auto& row : r.rows) {
         QVERIFY(row.time.median > 0);
-        QCOMPARE(row.time.samples.size(), size_t(row.unit == "epoch" ? 3 : 3));
+        QCOMPARE(row.time.samples.size(), size_t(row.unit == BenchUnit::Epoch ? 3 : 4));
         QVERIFY(row.time.min <= row.time.median && row.time.median <= row.time.max);
         QVERIFY(row.tokensPerSecond > 0);
         QVERIFY(row.gflops > 0);
@@ -195,8 +59,8 @@ void TestBench::smallRunOnCpu()
         QVERIFY(row.peakMemoryBytes > 0);
         QVERIFY(!row.energySource.empty());
     }
-    QCOMPARE(r.rows[0].unit, std::string("train_step"));
-    QCOMPARE(r.rows[2].unit, std::string("reply_latency"));
+    QCOMPARE(r.rows[0].unit, BenchUnit::TrainStep);
+    QCOMPARE(r.rows[2].unit, BenchUnit::ReplyLatency);
     QCOMPARE(r.rows[2].batch, 1);
     QVERIFY(!r.gemm.empty() && r.gemm[0].gflops > 0);
     QVERIFY(!r.races.empty());
@@ -211,6 +75,47 @@ void TestBench::smallRunOnCpu()
     bad.batchSizes = { 0 };
     QVERIFY_THROWS_EXCEPTION(Error, runBench(bad, corpus));
     QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, Corpus {}));
+}
+
+void TestBench::settingsRestoredWhenCancelledOrThrown()
+{
+    Corpus corpus;
+    for (int i = 0; i < 12; ++i)
+        corpus.pairs.push_back({ "question " + std::to_string(i), "answer " + std::to_string(i), "mem", 0 });
+    BenchConfig cfg;
+    cfg.preset = "quick";
+    cfg.batchSizes = { 2, 4 };
+    cfg.threads = { 2 }; // differs from the thread count set below
+    cfg.repeats = 1;
+    cfg.warmup = 0;
+    cfg.replyLength = 2;
+    cfg.epoch = false;
+
+    setThreads(1);
+    at::globalContext().setDeterministicAlgorithms(false, false); // the quick preset asks for true
+    auto settingsAreBack
+        = [] { return torch::get_num_threads() == 1 && !at::globalContext().deterministicAlgorithms(); };
+
+    // Cancelled after the first row: the report keeps it and says so.
+    std::atomic<bool> cancel { false };
+    BenchCallbacks cb;
+    cb.cancel = &cancel;
+    cb.onRow = [&](const BenchRow& row) {
+        QCOMPARE(torch::get_num_threads(), 2); // the sweep's setting while it runs
+        QVERIFY(at::globalContext().deterministicAlgorithms());
+        (void)row;
+        cancel = true;
+    };
+    const BenchReport r = runBench(cfg, corpus, cb);
+    QCOMPARE(r.rows.size(), size_t(1));
+    QVERIFY(!r.notes.empty() && r.notes.back().find("cancelled") == 0);
+    QVERIFY(settingsAreBack());
+
+    // A failure in the middle (here: the row callback throws) leaves the settings as they were.
+    BenchCallbacks throwing;
+    throwing.onRow = [](const BenchRow&) { throw Error("stop here"); };
+    QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, corpus, throwing));
+    QVERIFY(settingsAreBack());
 }
 
 QTEST_GUILESS_MAIN(TestBench)

@@ -175,6 +175,8 @@ void TestCli::badArguments()
     // No GPU here: asking for one falls back with a note, never a crash.
     const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);
+    QVERIFY2(gpu.err.contains("note:") && gpu.err.contains("cpu"), qPrintable(gpu.err));
+    QVERIFY(!gpu.out.trimmed().isEmpty());
 }
 
 void TestCli::stopAndResume()

@@ -4,6 +4,7 @@
 
 #include "chatbench/chatbot.h"
 #include "chatbench/error.h"
+#include "chatbench/runs.h"
 #include "chatbench/trainer.h"
 #include "testutil.h"
 

@@ -15,12 +15,14 @@
 #include "testutil.h"
 #include "trainview.h"
 
+#include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -68,6 +70,7 @@ private Q_SLOTS:
     void compareShowsImportedReports();
     void compareRunsBenchmarkHere();
     void compareCancelStopsBenchmark();
+    void doctorRunsFromTheWindow();
     void settingsPersist();
 
 private:
@@ -322,24 +325,25 @@ BenchReport fixtureReport(const std::string& label, const std::string& device, d
     for (int batch : { 1, 16, 64 }) {
         BenchRow step;
         step.device = device;
-        step.precision = "fp32";
+        step.precision = BenchPrecision::FP32;
         step.batch = batch;
-        step.unit = "train_step";
+        step.unit = BenchUnit::TrainStep;
         step.time = summarise({ 0.001 * batch, 0.0011 * batch });
         step.tokensPerSecond = 1000.0 * batch;
         r.rows.push_back(step);
         BenchRow reply = step;
-        reply.unit = batch == 1 ? "reply_latency" : "reply_throughput";
+        reply.unit = batch == 1 ? BenchUnit::ReplyLatency : BenchUnit::ReplyThroughput;
         r.rows.push_back(reply);
     }
     BenchRow epoch;
     epoch.device = device;
-    epoch.precision = "fp32";
+    epoch.precision = BenchPrecision::FP32;
     epoch.batch = 50;
-    epoch.unit = "epoch";
+    epoch.unit = BenchUnit::Epoch;
     epoch.time = summarise({ epochSeconds, epochSeconds * 1.1, epochSeconds * 0.9 });
     r.rows.push_back(epoch);
-    r.races.push_back({ device, "fp32", 0, { { epochSeconds, 5.0, NAN }, { 2 * epochSeconds, 4.0, NAN } } });
+    r.races.push_back(
+        { device, BenchPrecision::FP32, 0, { { epochSeconds, 5.0, NAN }, { 2 * epochSeconds, 4.0, NAN } } });
     return r;
 }
 } // namespace
@@ -410,12 +414,24 @@ void TestUi::compareRunsBenchmarkHere()
     QCOMPARE(local.report.rows.size(), size_t(6));
     QCOMPARE(rows.count(), 6);
     QCOMPARE(local.report.races.size(), size_t(1));
-    const QString out = m_dir.filePath("local.json");
-    compare->table()->setCurrentCell(0, 0);
-    QVERIFY(compare->exportReport(out));
-    QFile f(out);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    QCOMPARE(benchReportFromJson(f.readAll().toStdString(), "local.json").rows.size(), local.report.rows.size());
+    // Export writes the report selected in the list: the local run, then an earlier one.
+    auto exported = [&](int row) {
+        compare->reportList()->setCurrentRow(row);
+        const QString out = m_dir.filePath(QString("export-%1.json").arg(row));
+        if (!compare->exportReport(out))
+            return BenchReport {};
+        QFile f(out);
+        return f.open(QIODevice::ReadOnly) ? benchReportFromJson(f.readAll().toStdString(), out.toStdString())
+                                           : BenchReport {};
+    };
+    const BenchReport mine = exported(compare->sources().size() - 1);
+    QCOMPARE(mine.rows.size(), local.report.rows.size());
+    QCOMPARE(mine.created, local.report.created);
+    if (before > 0) {
+        const BenchReport first = exported(0);
+        QCOMPARE(first.rows.size(), compare->sources().front().report.rows.size());
+        QCOMPARE(first.label, compare->sources().front().report.label);
+    }
 }
 
 void TestUi::compareCancelStopsBenchmark()
@@ -438,6 +454,25 @@ void TestUi::compareCancelStopsBenchmark()
     QVERIFY(partial.rows.size() < 7 + 7 + 1);
     QVERIFY(!partial.notes.empty() && QString::fromStdString(partial.notes.back()).contains("cancelled"));
     QVERIFY(compare->runButton()->isEnabled());
+}
+
+void TestUi::doctorRunsFromTheWindow()
+{
+    // The same engine function as `chatbench-cli doctor`, shown in the window.
+    QAction* action = nullptr;
+    for (QAction* a : m_window->findChildren<QAction*>())
+        if (a->text().contains("doctor"))
+            action = a;
+    QVERIFY(action);
+    QSignalSpy done(m_window->engine(), &EngineController::doctorDone);
+    action->trigger();
+    QVERIFY(done.wait(120000));
+    QVERIFY(done.first().at(0).value<DoctorReport>().healthy);
+    QMessageBox* box = nullptr;
+    QTRY_VERIFY((box = m_window->findChild<QMessageBox*>("doctorReport")) != nullptr);
+    QVERIFY(box->detailedText().contains("healthy: the checks pass"));
+    QVERIFY(box->detailedText().contains("torch"));
+    box->close();
 }
 
 void TestUi::settingsPersist()

@@ -72,9 +72,8 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     inputBar->addWidget(m_send);
 
     m_method = new QComboBox;
-    m_method->addItem(tr("greedy"), static_cast<int>(DecodeMethod::Greedy));
-    m_method->addItem(tr("beam"), static_cast<int>(DecodeMethod::Beam));
-    m_method->addItem(tr("sample"), static_cast<int>(DecodeMethod::Sample));
+    for (const std::string& name : decodeMethodNames())
+        m_method->addItem(QString::fromStdString(name), static_cast<int>(*parseDecodeMethod(name)));
     m_beam = new QSpinBox;
     m_beam->setRange(1, 32);
     m_beam->setValue(4);

@@ -60,7 +60,8 @@ QCustomPlot* makeChart(const QString& title, const QString& x, const QString& y)
 
 QString groupName(const CompareView::Source& s, const BenchRow& r)
 {
-    QString g = QString("%1 %2").arg(QString::fromStdString(r.device), QString::fromStdString(r.precision));
+    QString g = QString("%1 %2").arg(
+        QString::fromStdString(r.device), QString::fromStdString(benchPrecisionName(r.precision)));
     if (r.threads > 0 && r.device == "cpu")
         g += QString(" %1t").arg(r.threads);
     return s.label + " · " + g;
@@ -96,10 +97,11 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     m_deviceArea->layout()->setContentsMargins(0, 0, 0, 0);
     form->addRow(tr("Devices"), m_deviceArea);
     auto* precisions = new QHBoxLayout;
-    for (const char* p : { "fp32", "bf16", "fp16", "tf32" }) {
+    for (const std::string& name : benchPrecisionNames()) {
+        const QString p = QString::fromStdString(name);
         auto* b = new QCheckBox(p);
         b->setObjectName(p);
-        b->setChecked(QString(p) == "fp32");
+        b->setChecked(name == benchPrecisionName(BenchPrecision::FP32));
         m_precisionBoxes << b;
         precisions->addWidget(b);
     }
@@ -302,7 +304,7 @@ BenchConfig CompareView::config() const
     c.precisions.clear();
     for (auto* b : m_precisionBoxes)
         if (b->isChecked())
-            c.precisions.push_back(b->text().toStdString());
+            c.precisions.push_back(*parseBenchPrecision(b->objectName().toStdString()));
     c.preset = m_preset->currentText().toStdString();
     bool ok = false;
     c.batchSizes.clear();
@@ -447,10 +449,10 @@ void CompareView::refresh()
             };
             m_table->setItem(r, 0, new QTableWidgetItem(s.label));
             m_table->setItem(r, 1, new QTableWidgetItem(QString::fromStdString(x.device)));
-            m_table->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(x.precision)));
+            m_table->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(benchPrecisionName(x.precision))));
             m_table->setItem(r, 3, num(x.threads, 0));
             m_table->setItem(r, 4, num(x.batch, 0));
-            m_table->setItem(r, 5, new QTableWidgetItem(QString::fromStdString(x.unit)));
+            m_table->setItem(r, 5, new QTableWidgetItem(QString::fromStdString(benchUnitName(x.unit))));
             m_table->setItem(r, 6, num(1e3 * x.time.median, 3));
             m_table->setItem(r, 7, num(x.tokensPerSecond, 0));
             m_table->setItem(r, 8, num(x.gflops, 2));
@@ -469,7 +471,7 @@ void CompareView::refresh()
     double slowest = 0;
     for (const auto& s : m_sources)
         for (const auto& x : s.report.rows)
-            if (x.unit == "epoch")
+            if (x.unit == BenchUnit::Epoch)
                 slowest = std::max(slowest, x.time.median);
     int pos = 0, si = 0;
     for (const auto& s : m_sources) {
@@ -483,13 +485,14 @@ void CompareView::refresh()
         err->setDataPlottable(bars);
         QVector<double> keys, values, lo, hi;
         for (const auto& x : s.report.rows) {
-            if (x.unit != "epoch")
+            if (x.unit != BenchUnit::Epoch)
                 continue;
             keys << pos;
             values << x.time.median;
             lo << x.time.median - x.time.p10;
             hi << x.time.p90 - x.time.median;
-            QString tick = QString("%1 %2").arg(QString::fromStdString(x.device), QString::fromStdString(x.precision));
+            QString tick = QString("%1 %2").arg(
+                QString::fromStdString(x.device), QString::fromStdString(benchPrecisionName(x.precision)));
             if (x.device == "cpu" && x.threads > 0)
                 tick += QString("\n%1 threads").arg(x.threads);
             ticks->addTick(pos, tick);
@@ -525,12 +528,12 @@ void CompareView::refresh()
             QVector<double> bx, by;
             double latency = -1, best = 0;
             for (const BenchRow* x : rowsOf) {
-                if (x->unit == "train_step") {
+                if (x->unit == BenchUnit::TrainStep) {
                     bx << x->batch;
                     by << x->tokensPerSecond;
-                } else if (x->unit == "reply_latency") {
+                } else if (x->unit == BenchUnit::ReplyLatency) {
                     latency = 1e3 * x->time.median;
-                } else if (x->unit == "reply_throughput") {
+                } else if (x->unit == BenchUnit::ReplyThroughput) {
                     best = std::max(best, x->tokensPerSecond);
                 }
             }
@@ -577,7 +580,7 @@ void CompareView::refresh()
             if (y.isEmpty())
                 continue;
             auto* g = m_race->addGraph();
-            g->setName(s.label + " · " + QString::fromStdString(c.device + " " + c.precision));
+            g->setName(s.label + " · " + QString::fromStdString(c.device + " " + benchPrecisionName(c.precision)));
             g->setPen(QPen(colour(ri++), 2));
             g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
             g->setData(x, y);

@@ -49,6 +49,7 @@ public:
     QCustomPlot* latencyChart() const { return m_latency; }
     QCustomPlot* raceChart() const { return m_race; }
     QTableWidget* table() const { return m_table; }
+    QListWidget* reportList() const { return m_reports; } // one row per source; exportReport writes the current one
     QLabel* errorLabel() const { return m_error; }
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }

@@ -72,9 +72,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     openFolderButton->setShortcut(QKeySequence("Ctrl+Shift+O"));
     auto* reload = new QPushButton(tr("Reload"));
     m_format = new QComboBox;
-    for (auto f : { CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
-             CorpusFormat::Cornell, CorpusFormat::DialogText })
-        m_format->addItem(QString::fromStdString(formatName(f)), static_cast<int>(f));
+    for (const std::string& name : formatNames())
+        m_format->addItem(QString::fromStdString(name), static_cast<int>(*parseFormat(name)));
     m_latin1 = new QCheckBox(tr("Latin-1"));
     m_mode = new QComboBox;
     m_mode->addItem(tr("Keras tokenizer"), static_cast<int>(TokenizerMode::Keras));
@@ -229,25 +228,32 @@ void CorpusView::showSummary(const CorpusSummary& s)
     m_path = s.request.path;
     m_error->hide();
     m_pathLabel->setText(s.request.path);
-    m_formatLabel->setText(tr("%1 (%2 file(s))").arg(s.format).arg(s.files));
-    m_pairs->setText(QString::number(s.pairs));
-    m_vocab->setText(tr("%1 words at min frequency %2").arg(s.vocabulary).arg(s.request.tokenizer.minFrequency));
-    m_oov->setText(QString("%1 %").arg(100 * s.oovRate, 0, 'f', 1));
-    m_warnings->setText(s.warnings.isEmpty() ? tr("none") : s.warnings.join("\n"));
-    auto bars = [&](int i, const QVector<double>& h, double offset) {
+    const chatbench::CorpusStats& st = s.stats;
+    m_formatLabel->setText(
+        tr("%1 (%2 file(s))").arg(QString::fromStdString(chatbench::formatName(st.format))).arg(st.files));
+    m_pairs->setText(QString::number(st.pairs));
+    m_vocab->setText(tr("%1 words at min frequency %2").arg(st.vocabulary).arg(st.tokenizer.minFrequency));
+    m_oov->setText(QString("%1 %").arg(100 * st.validationOovRate, 0, 'f', 1));
+    QStringList warnings;
+    for (const auto& w : st.warnings)
+        warnings << QString::fromStdString(w);
+    m_warnings->setText(warnings.isEmpty() ? tr("none") : warnings.join("\n"));
+    auto bars = [&](int i, const std::vector<int64_t>& h, double offset) {
         auto* b = qobject_cast<QCPBars*>(m_hist->plottable(i));
-        QVector<double> x(h.size());
-        for (int k = 0; k < h.size(); ++k)
-            x[k] = k + offset;
-        b->setData(x, h);
+        QVector<double> x, y;
+        for (size_t k = 0; k < h.size(); ++k) {
+            x << static_cast<double>(k) + offset;
+            y << static_cast<double>(h[k]);
+        }
+        b->setData(x, y);
     };
-    bars(0, s.promptLengths, -0.22);
-    bars(1, s.responseLengths, 0.22);
+    bars(0, st.promptLengths, -0.22);
+    bars(1, st.responseLengths, 0.22);
     m_hist->rescaleAxes();
     m_hist->yAxis->setRangeLower(0);
     m_hist->replot();
     m_model->setPairs(s.data);
-    Q_EMIT loaded(s.request.path, s.pairs);
+    Q_EMIT loaded(s.request.path, static_cast<int>(st.pairs));
 }
 
 void CorpusView::dragEnterEvent(QDragEnterEvent* event)

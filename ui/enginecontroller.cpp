@@ -1,10 +1,7 @@
 #include "enginecontroller.h"
 
 #include "chatbench/error.h"
-#include "runhistory.h"
-
-#include <QDir>
-#include <QFileInfo>
+#include "chatbench/runs.h"
 
 #include <set>
 
@@ -61,24 +58,7 @@ public:
                 auto corpus = std::make_shared<Corpus>(chatbench::loadCorpus(req.path.toStdString(), opt));
                 CorpusSummary s;
                 s.request = req;
-                s.format = QString::fromStdString(formatName(corpus->format));
-                s.files = static_cast<int>(corpus->files.size());
-                s.pairs = static_cast<int>(corpus->pairs.size());
-                const Split split = splitPairs(corpus->pairs, 0.1, 42);
-                const Tokenizer tok = Tokenizer::build(split.train, req.tokenizer);
-                s.vocabulary = static_cast<int>(tok.size());
-                s.oovRate = oovRate(tok, split.validation);
-                auto bump = [](QVector<double>& h, size_t n) {
-                    if (h.size() <= static_cast<int>(n))
-                        h.resize(static_cast<int>(n) + 1);
-                    h[static_cast<int>(n)] += 1;
-                };
-                for (const auto& p : corpus->pairs) {
-                    bump(s.promptLengths, tok.split(p.prompt).size());
-                    bump(s.responseLengths, tok.split(p.response).size());
-                }
-                for (const auto& w : corpus->warnings)
-                    s.warnings << QString::fromStdString(w);
+                s.stats = corpusStats(*corpus, req.tokenizer);
                 s.data = std::shared_ptr<const std::vector<Pair>>(corpus, &corpus->pairs);
                 m_corpus = corpus;
                 m_corpusPath = req.path;
@@ -104,26 +84,7 @@ public:
 
     void resume(const QString& runDir, int epochs)
     {
-        guarded(
-            [&] {
-                const TrainConfig cfg = loadRunConfig(runDir.toStdString());
-                const QString path = QString::fromStdString(cfg.corpus);
-                if (!m_corpus || QFileInfo(path) != QFileInfo(m_corpusPath)) {
-                    LoadOptions opt;
-                    opt.format = cfg.corpusFormat;
-                    opt.latin1 = cfg.latin1;
-                    m_corpus = std::make_shared<Corpus>(chatbench::loadCorpus(cfg.corpus, opt));
-                    m_corpusPath = path;
-                    m_latin1 = cfg.latin1;
-                }
-            },
-            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
-        if (!m_corpus) {
-            Q_EMIT trainingFinished(notRun(), runDir);
-            return;
-        }
-        run(runDir,
-            [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), *m_corpus, cb, epochs); });
+        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), cb, epochs); });
     }
 
     void loadRun(const QString& runDir)
@@ -134,7 +95,7 @@ public:
                 RunSummary r;
                 r.runDir = runDir;
                 r.config = bot->config();
-                r.history = readRunHistory(runDir);
+                r.history = readRunHistory(runDir.toStdString());
                 Q_EMIT snapshot(bot);
                 Q_EMIT runLoaded(r);
             },
@@ -159,7 +120,6 @@ public:
             guarded(
                 [&] {
                     report = runBench(cfg, *m_corpus, cb);
-                    report.corpus = QFileInfo(m_corpusPath).fileName().toStdString();
                     ok = true;
                 },
                 [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Bench); });
@@ -167,7 +127,14 @@ public:
         Q_EMIT benchFinished(report, ok);
     }
 
+    void doctor()
+    {
+        guarded([&] { Q_EMIT doctorDone(runDoctor()); },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Doctor); });
+    }
+
 Q_SIGNALS:
+    void doctorDone(const chatbench::DoctorReport& report);
     void benchProgress(const QString& what, int done, int total);
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report, bool ok);
@@ -292,6 +259,7 @@ EngineController::EngineController(QObject* parent)
     qRegisterMetaType<chatbench::TrainResult>();
     qRegisterMetaType<chatbench::BenchReport>();
     qRegisterMetaType<chatbench::BenchRow>();
+    qRegisterMetaType<chatbench::DoctorReport>();
     qRegisterMetaType<std::shared_ptr<const chatbench::Chatbot>>("std::shared_ptr<const chatbench::Chatbot>");
     qRegisterMetaType<std::vector<chatbench::DeviceInfo>>("std::vector<chatbench::DeviceInfo>");
 
@@ -325,6 +293,7 @@ EngineController::EngineController(QObject* parent)
         else
             Q_EMIT benchFinished(BenchReport {});
     });
+    connect(m_engine, &EngineWorker::doctorDone, this, &EngineController::doctorDone);
     connect(m_engine, &EngineWorker::log, this, &EngineController::log);
     connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
     // Snapshots go straight to the chat thread (queued there), and the UI hears about them.
@@ -390,6 +359,12 @@ void EngineController::runBench(const BenchConfig& config)
     m_cancel->store(false);
     QMetaObject::invokeMethod(
         m_engine, [w = m_engine, config] { w->bench(config); }, Qt::QueuedConnection);
+}
+
+void EngineController::runDoctor()
+{
+    QMetaObject::invokeMethod(
+        m_engine, [w = m_engine] { w->doctor(); }, Qt::QueuedConnection);
 }
 
 void EngineController::stop()

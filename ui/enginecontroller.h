@@ -17,7 +17,9 @@
 #include "chatbench/chatbot.h"
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
+#include "chatbench/corpusstats.h"
 #include "chatbench/devices.h"
+#include "chatbench/doctor.h"
 #include "chatbench/trainer.h"
 
 #include <QObject>
@@ -42,14 +44,7 @@ struct CorpusRequest {
 
 struct CorpusSummary {
     CorpusRequest request;
-    QString format; // the format actually used
-    int files = 0;
-    int pairs = 0;
-    int vocabulary = 0; // words kept at the requested min frequency (specials included)
-    double oovRate = 0; // on the validation split
-    QVector<double> promptLengths; // histogram: index = words, value = pairs
-    QVector<double> responseLengths;
-    QStringList warnings;
+    chatbench::CorpusStats stats; // computed by the engine at the requested tokenizer options
     std::shared_ptr<const std::vector<chatbench::Pair>> data; // all pairs, for the preview
 };
 
@@ -83,13 +78,14 @@ Q_DECLARE_METATYPE(chatbench::TrainProgress)
 Q_DECLARE_METATYPE(chatbench::TrainResult)
 Q_DECLARE_METATYPE(chatbench::BenchReport)
 Q_DECLARE_METATYPE(chatbench::BenchRow)
+Q_DECLARE_METATYPE(chatbench::DoctorReport)
 
 class EngineController : public QObject {
     Q_OBJECT
 
 public:
     // Which job a failure belongs to, so the view that asked can show it in place.
-    enum class Job { Devices, Corpus, Training, Run, Chat, Bench };
+    enum class Job { Devices, Corpus, Training, Run, Chat, Bench, Doctor };
     Q_ENUM(Job)
 
     explicit EngineController(QObject* parent = nullptr);
@@ -98,7 +94,7 @@ public:
     void loadCorpus(const CorpusRequest& request);
     // Trains a new run on the loaded corpus into runDir.
     void startTraining(const chatbench::TrainConfig& config, const QString& runDir);
-    // Continues a run (its corpus is reloaded from config.json when it is not the loaded one).
+    // Continues a run on the corpus its config.json names (reloaded by the engine).
     void resume(const QString& runDir, int epochs = 0);
     void stop();
     // Loads a saved run to chat with (and its history for the plots).
@@ -109,6 +105,8 @@ public:
     // Benchmarks on the loaded corpus (engine thread; not while training). stop() cancels.
     void runBench(const chatbench::BenchConfig& config);
     bool isBenchmarking() const { return m_benchmarking; }
+    // The environment doctor (engine thread, after any job in progress): doctorDone or failed.
+    void runDoctor();
 
     bool isTraining() const { return m_training; }
     bool hasBot() const { return m_hasBot; }
@@ -130,6 +128,7 @@ Q_SIGNALS:
     void benchProgress(const QString& what, int done, int total);
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report); // empty rows: it failed (see failed)
+    void doctorDone(const chatbench::DoctorReport& report);
     void log(const QString& message);
     void failed(const QString& message, EngineController::Job job);
 

@@ -2,6 +2,7 @@
 
 #include "chatbench/config.h"
 #include "chatbench/error.h"
+#include "chatbench/runs.h"
 #include "chatview.h"
 #include "compareview.h"
 #include "corpusview.h"
@@ -15,6 +16,7 @@
 #include <QCloseEvent>
 #include <QDir>
 #include <QFileDialog>
+#include <QFontDatabase>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -23,6 +25,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTextEdit>
 
 using namespace chatbench;
 
@@ -83,10 +86,32 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     m_train->stopButton()->setShortcut({});
     m_train->resumeButton()->setShortcut({});
     auto* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("Environment &doctor"), this, [this] {
+        statusBar()->showMessage(tr("doctor: checking versions, devices and the handoff on a tiny model…"));
+        m_engine->runDoctor();
+    });
     help->addAction(tr("&About chatbench"), this, [this] {
         QMessageBox::about(this, tr("About chatbench"),
             tr("<b>chatbench</b> trains LSTM sequence-to-sequence chatbots and shows, for every reply, how the "
                "encoder's final (h, c) is handed to the decoder and carried step to step."));
+    });
+
+    connect(m_engine, &EngineController::doctorDone, this, [this](const DoctorReport& d) {
+        statusBar()->showMessage(d.healthy ? tr("doctor: healthy") : tr("doctor: PROBLEM — see the report"), 8000);
+        auto* box
+            = new QMessageBox(d.healthy ? QMessageBox::Information : QMessageBox::Warning, tr("Environment doctor"),
+                d.healthy ? tr("Healthy: the handoff checks pass and catch the zero-state bug.")
+                          : tr("Problem: the handoff checks did not behave as expected."),
+                QMessageBox::Close, this);
+        box->setDetailedText(QString::fromStdString(describe(d)));
+        if (auto* text = box->findChild<QTextEdit*>()) { // the report is a table: keep its columns
+            text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+            text->setLineWrapMode(QTextEdit::NoWrap);
+            text->setMinimumSize(900, 340);
+        }
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->setObjectName("doctorReport");
+        box->open(); // not modal to the event loop: training and chat go on
     });
 
     m_statusDevice = new QLabel;
@@ -142,7 +167,7 @@ void MainWindow::restore(const QString& fallbackCorpus)
     if (!corpus.isEmpty())
         m_corpus->load(corpus);
     const QString run = settings.value("lastRun").toString();
-    if (!run.isEmpty() && QFileInfo::exists(run + "/state.json")) {
+    if (!run.isEmpty() && chatbench::isRun(run.toStdString())) {
         m_train->setCurrentRun(run);
         m_engine->loadRun(run);
     }

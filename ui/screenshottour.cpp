@@ -9,10 +9,12 @@
 #include "mainwindow.h"
 #include "trainview.h"
 
+#include <QAbstractButton>
 #include <QCheckBox>
 #include <QDir>
 #include <QEventLoop>
 #include <QFile>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QTabWidget>
 #include <QTemporaryDir>
@@ -61,11 +63,11 @@ ScreenshotTour::ScreenshotTour(MainWindow* window, const QString& outDir, const 
     QDir().mkpath(m_dir);
 }
 
-void ScreenshotTour::shot(const QString& name)
+void ScreenshotTour::shot(const QString& name, QWidget* widget)
 {
     settle(300); // let queued replots and layouts land
     const QString path = QDir(m_dir).filePath(name + ".png");
-    m_window->grab().save(path);
+    (widget ? widget : m_window)->grab().save(path);
     std::printf("screenshot %s\n", qPrintable(path));
     std::fflush(stdout);
 }
@@ -157,5 +159,19 @@ int ScreenshotTour::run()
     compare->runLocal();
     ok = waitFor(engine, &EngineController::benchFinished, 600000) && ok;
     shot("09-compare");
+
+    // 7. The environment doctor (Help menu), the same engine function as `chatbench-cli doctor`.
+    engine->runDoctor();
+    ok = waitFor(engine, &EngineController::doctorDone, 120000) && ok;
+    settle(300);
+    if (auto* box = m_window->findChild<QMessageBox*>("doctorReport")) {
+        for (QAbstractButton* b : box->buttons())
+            if (box->buttonRole(b) == QMessageBox::ActionRole)
+                b->click(); // "Show Details..."
+        shot("10-doctor", box);
+        box->close();
+    } else {
+        ok = fail("the doctor's report did not open");
+    }
     return ok ? 0 : 1;
 }

@@ -1,13 +1,14 @@
 #pragma once
 // `chatbench --screenshot DIR`: drives the real window through the main path (bundled corpus,
-// Train with live curves, chat with the handoff view, breaking the handoff, a bad corpus) and
-// saves a PNG of the window at each stop.
+// Train with live curves, chat with the handoff view, breaking the handoff, a bad corpus, Compare,
+// the doctor) and saves a PNG of the window at each stop.
 
 #include <QObject>
 #include <QString>
 #include <QStringList>
 
 class MainWindow;
+class QWidget;
 
 class ScreenshotTour : public QObject {
     Q_OBJECT
@@ -20,7 +21,8 @@ public:
     int run();
 
 private:
-    void shot(const QString& name);
+    // Saves `widget` (default: the whole window) as NAME.png.
+    void shot(const QString& name, QWidget* widget = nullptr);
     bool fail(const QString& what);
 
     MainWindow* m_window;

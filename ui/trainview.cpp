@@ -1,12 +1,12 @@
 #include "trainview.h"
 
 #include "enginecontroller.h"
+
+#include "chatbench/runs.h"
 #include "liveplot.h"
-#include "runhistory.h"
 
 #include <QCheckBox>
 #include <QComboBox>
-#include <QDateTime>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -31,14 +31,7 @@ namespace {
 
 QString duration(double s)
 {
-    if (!std::isfinite(s) || s < 0)
-        return "?";
-    const qint64 t = std::llround(s);
-    if (t >= 3600)
-        return QString("%1h%2m").arg(t / 3600).arg((t % 3600) / 60, 2, 10, QChar('0'));
-    if (t >= 60)
-        return QString("%1m%2s").arg(t / 60).arg(t % 60, 2, 10, QChar('0'));
-    return QString("%1s").arg(t);
+    return QString::fromStdString(formatDuration(s));
 }
 
 QSpinBox* spin(int lo, int hi, const QString& tip)
@@ -68,15 +61,15 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     // Hyper-parameters.
     auto* form = new QFormLayout;
     m_preset = new QComboBox;
-    m_preset->addItem(tr("seed — the Keras recipe"), "seed");
-    m_preset->addItem(tr("quick — small and fast"), "quick");
-    m_preset->addItem(tr("large — 2 layers + attention"), "large");
+    for (const std::string& name : presetNames())
+        m_preset->addItem(QString::fromStdString(name + " — " + presetDescription(name)), QString::fromStdString(name));
     form->addRow(tr("Preset"), m_preset);
     form->addRow(tr("Epochs"), m_epochs = spin(1, 100000, tr("Passes over the training pairs")));
     form->addRow(tr("Batch size"), m_batch = spin(1, 65536, tr("Pairs per optimizer step")));
     form->addRow(tr("Learning rate"), m_lr = dspin(0.00001, 10, 5, 0.0005, tr("Optimizer step size")));
     m_optimizer = new QComboBox;
-    m_optimizer->addItems({ "adam", "rmsprop", "sgd" });
+    for (const std::string& name : optimizerNames())
+        m_optimizer->addItem(QString::fromStdString(name));
     form->addRow(tr("Optimizer"), m_optimizer);
     form->addRow(tr("Embedding"), m_embed = spin(1, 8192, tr("Embedding width")));
     form->addRow(tr("LSTM units"), m_hidden = spin(1, 8192, tr("Hidden size H of every LSTM layer")));
@@ -102,9 +95,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_threads->setValue(std::max(1, QThread::idealThreadCount()));
     dev->addRow(tr("CPU threads"), m_threads);
     m_precision = new QComboBox;
-    m_precision->addItem("fp32", "fp32");
-    m_precision->addItem("bf16", "bf16");
-    m_precision->addItem("fp16", "fp16");
+    for (const std::string& name : precisionNames())
+        m_precision->addItem(QString::fromStdString(name), QString::fromStdString(name));
     dev->addRow(tr("Precision"), m_precision);
     m_deviceNote = new QLabel(tr("probing devices…"));
     m_deviceNote->setWordWrap(true);
@@ -131,6 +123,7 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
     m_eta = new QLabel(tr("idle"));
+    m_eta->setWordWrap(true); // the summary names steps, time, device and losses
 
     m_runs = new QListWidget;
     m_runs->setToolTip(tr("Runs in the runs folder: tick to overlay their curves, double-click to open for chat"));
@@ -203,20 +196,13 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     });
     connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString&) {
         setRunning(false);
-        const QString what = r.status == TrainStatus::Cancelled ? tr("stopped")
-            : r.status == TrainStatus::EarlyStopped             ? tr("stopped early")
-                                                                : tr("finished");
-        m_eta->setText(tr("%1 after %2 epoch(s), %3 steps on %4 %5")
-                           .arg(what)
-                           .arg(r.epochsDone)
-                           .arg(r.steps)
-                           .arg(QString::fromStdString(r.device), QString::fromStdString(precisionName(r.precision))));
+        m_eta->setText(QString::fromStdString(describe(r)));
         refreshRunHistory();
     });
     connect(m_runs, &QListWidget::itemChanged, this, [this](QListWidgetItem* item) {
         const QString dir = item->data(Qt::UserRole).toString();
         if (item->checkState() == Qt::Checked) {
-            const auto history = readRunHistory(dir);
+            const auto history = readRunHistory(dir.toStdString());
             m_plot->setOverlay(item->text(), history);
         } else {
             m_plot->setOverlay(item->text(), {});
@@ -266,8 +252,7 @@ TrainConfig TrainView::config() const
     c.seed = static_cast<uint64_t>(m_seed->value());
     c.device = m_device->currentData().toString().isEmpty() ? "cpu" : m_device->currentData().toString().toStdString();
     c.threads = m_threads->value();
-    c.precision = *parsePrecision(
-        m_precision->currentData().toString().isEmpty() ? "fp32" : m_precision->currentData().toString().toStdString());
+    c.precision = parsePrecision(m_precision->currentData().toString().toStdString()).value_or(Precision::FP32);
     return c;
 }
 
@@ -388,16 +373,13 @@ void TrainView::refreshRunHistory()
             checked << m_runs->item(i)->data(Qt::UserRole).toString();
     const QSignalBlocker block(m_runs);
     m_runs->clear();
-    const QDir dir(m_runsDir);
-    const auto entries = dir.entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time);
-    for (const QFileInfo& e : entries) {
-        if (!QFileInfo::exists(e.filePath() + "/state.json"))
-            continue;
-        auto* item = new QListWidgetItem(e.fileName(), m_runs);
-        item->setData(Qt::UserRole, e.filePath());
+    for (const RunInfo& run : listRuns(m_runsDir.toStdString())) {
+        const QString path = QString::fromStdString(run.dir);
+        auto* item = new QListWidgetItem(QString::fromStdString(run.name), m_runs);
+        item->setData(Qt::UserRole, path);
         item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
-        item->setCheckState(checked.contains(e.filePath()) ? Qt::Checked : Qt::Unchecked);
-        if (e.filePath() == m_currentRun)
+        item->setCheckState(checked.contains(path) ? Qt::Checked : Qt::Unchecked);
+        if (path == m_currentRun)
             m_runs->setCurrentItem(item);
     }
     m_resume->setEnabled(!m_engine->isTraining() && !m_currentRun.isEmpty());
@@ -422,11 +404,7 @@ void TrainView::startTraining()
         Q_EMIT status(QString::fromStdString(e.what()));
         return;
     }
-    const QString name
-        = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") + "-" + QString::fromStdString(cfg.preset);
-    QString dir = QDir(m_runsDir).filePath(name);
-    for (int n = 2; QFileInfo::exists(dir); ++n)
-        dir = QDir(m_runsDir).filePath(name + "-" + QString::number(n));
+    const QString dir = QString::fromStdString(newRunDir(m_runsDir.toStdString(), cfg.preset));
     m_plot->clear();
     m_eta->setText(tr("starting…"));
     setRunning(true);
@@ -444,7 +422,7 @@ void TrainView::resumeTraining()
     if (m_engine->isTraining() || m_currentRun.isEmpty())
         return;
     m_plot->clear();
-    for (const auto& m : readRunHistory(m_currentRun))
+    for (const auto& m : readRunHistory(m_currentRun.toStdString()))
         m_plot->addEpoch(m);
     setRunning(true);
     m_eta->setText(tr("resuming %1…").arg(QFileInfo(m_currentRun).fileName()));

@@ -2,11 +2,12 @@
 
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
-#include "chatbench/trainer.h"
+#include "chatbench/runs.h"
 #include "checkpoint.h"
 #include "model.h"
 #include "snapshot.h"
 #include "torchutil.h"
+#include "tracejson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,28 +15,9 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <sstream>
 
 namespace chatbench {
-
-std::string decodeMethodName(DecodeMethod m)
-{
-    switch (m) {
-    case DecodeMethod::Greedy: return "greedy";
-    case DecodeMethod::Beam: return "beam";
-    case DecodeMethod::Sample: return "sample";
-    }
-    return "greedy";
-}
-
-std::string handoffModeName(HandoffMode m)
-{
-    switch (m) {
-    case HandoffMode::Correct: return "correct";
-    case HandoffMode::ZeroInit: return "zero-init";
-    case HandoffMode::ResetEachStep: return "reset-each-step";
-    }
-    return "correct";
-}
 
 struct Chatbot::Impl {
     TrainConfig cfg;
@@ -498,13 +480,27 @@ std::string toJson(const Reply& r, int indent)
         steps.push_back(std::move(sj));
     }
     tj["steps"] = steps;
-    const auto& c = t.checks;
-    tj["checks"] = { { "handoff_equal", c.handoffEqual }, { "handoff_max_diff", c.handoffMaxDiff },
+    tj["checks"] = checksJson(t.checks);
+    j["trace"] = tj;
+    return j.dump(indent);
+}
+
+nlohmann::ordered_json checksJson(const TraceChecks& c)
+{
+    return { { "handoff_equal", c.handoffEqual }, { "handoff_max_diff", c.handoffMaxDiff },
         { "state_carried", c.stateCarried }, { "carried_max_diff", c.carriedMaxDiff },
         { "teacher_forced_equal", c.teacherForcedEqual }, { "teacher_forced_max_diff", c.teacherForcedMaxDiff },
         { "gate_replay_max_diff", c.gateReplayMaxDiff } };
-    j["trace"] = tj;
-    return j.dump(indent);
+}
+
+std::string describe(const TraceChecks& c)
+{
+    auto mark = [](bool ok) { return ok ? "ok" : "FAIL"; };
+    std::ostringstream o;
+    o << "handoff " << mark(c.handoffEqual) << " (max diff " << c.handoffMaxDiff << "), state carried "
+      << mark(c.stateCarried) << " (max diff " << c.carriedMaxDiff << "), step-wise == teacher-forced "
+      << mark(c.teacherForcedEqual) << " (max diff " << c.teacherForcedMaxDiff << ")";
+    return o.str();
 }
 
 } // namespace chatbench

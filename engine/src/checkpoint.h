@@ -1,8 +1,8 @@
 #pragma once
-// Run-folder files (private): state.json and ckpt-<step>.pt.
+// Run-folder checkpoints (private: Torch types): ckpt-<step>.pt and the state.json naming it.
 
-#include "chatbench/trainer.h"
 #include "model.h"
+#include "runstate.h"
 
 #include <torch/torch.h>
 
@@ -10,35 +10,11 @@
 
 namespace chatbench {
 
-// Where training stands; written after the checkpoint it names, so it always points at a
-// complete file. The RNG needs no stored state: every step reseeds from (seed, step).
-struct RunState {
-    int epoch = 0; // epoch in progress (== epochs when done)
-    int64_t batchInEpoch = 0; // batches of `epoch` already done
-    int64_t step = 0; // optimizer steps done
-    double epochLossSum = 0; // token-weighted loss sum of the partial epoch
-    int64_t epochTokens = 0;
-    double epochSeconds = 0; // wall time of the partial epoch
-    double elapsedSeconds = 0; // training wall time so far
-    double bestValidationLoss = 0;
-    bool haveBest = false;
-    int badEpochs = 0; // epochs since the best validation loss
-    bool finished = false;
-    uint64_t corpusFingerprint = 0;
-    double lossScale = 65536.0; // fp16 dynamic loss scale
-    std::string checkpoint; // file name of the matching ckpt-<step>.pt
-    std::vector<EpochMetrics> history;
-};
-
-std::string configPath(const std::string& runDir);
-std::string vocabPath(const std::string& runDir);
-
+// Writes ckpt-<step>.pt, then state.json naming it, then removes the previous checkpoint.
 void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state);
-RunState loadState(const std::string& runDir);
 // Loads model weights (and the optimizer's state when given) from the state's checkpoint, checking
 // every tensor's shape against the model built from config.json.
 void loadCheckpoint(
     const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer);
-void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 
 } // namespace chatbench

@@ -10,45 +10,20 @@
 
 namespace chatbench {
 
-std::string optimizerName(OptimizerKind k)
-{
-    switch (k) {
-    case OptimizerKind::Adam: return "adam";
-    case OptimizerKind::RMSprop: return "rmsprop";
-    case OptimizerKind::SGD: return "sgd";
-    }
-    return "adam";
-}
-
-std::optional<OptimizerKind> parseOptimizer(const std::string& name)
-{
-    for (auto k : { OptimizerKind::Adam, OptimizerKind::RMSprop, OptimizerKind::SGD })
-        if (optimizerName(k) == name)
-            return k;
-    return std::nullopt;
-}
-
-std::string precisionName(Precision p)
-{
-    switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
-    }
-    return "fp32";
-}
-
-std::optional<Precision> parsePrecision(const std::string& name)
-{
-    for (auto p : { Precision::FP32, Precision::BF16, Precision::FP16 })
-        if (precisionName(p) == name)
-            return p;
-    return std::nullopt;
-}
-
 std::vector<std::string> presetNames()
 {
     return { "seed", "quick", "large" };
+}
+
+std::string presetDescription(const std::string& name)
+{
+    if (name == "seed")
+        return "the Keras recipe";
+    if (name == "quick")
+        return "small and fast";
+    if (name == "large")
+        return "2 layers + attention";
+    return {};
 }
 
 TrainConfig preset(const std::string& name)
@@ -151,16 +126,16 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         c.model.maxSourceLength = m.at("max_source_length").get<int>();
         c.model.maxTargetLength = m.at("max_target_length").get<int>();
         const auto& t = j.at("tokenizer");
-        const std::string mode = t.at("mode").get<std::string>();
-        if (mode != "keras" && mode != "punct")
-            throw Error(file, 0, "tokenizer.mode must be 'keras' or 'punct'");
-        c.tokenizer.mode = mode == "keras" ? TokenizerMode::Keras : TokenizerMode::Punctuation;
+        const auto mode = parseTokenizerMode(t.at("mode").get<std::string>());
+        if (!mode)
+            throw Error(file, 0, "tokenizer.mode must be " + joinNames(tokenizerModeNames()));
+        c.tokenizer.mode = *mode;
         c.tokenizer.minFrequency = t.at("min_frequency").get<int>();
         c.tokenizer.maxSize = t.at("max_vocab").get<int>();
         const auto& tr = j.at("train");
         const auto opt = parseOptimizer(tr.at("optimizer").get<std::string>());
         if (!opt)
-            throw Error(file, 0, "train.optimizer must be adam, rmsprop or sgd");
+            throw Error(file, 0, "train.optimizer must be " + joinNames(optimizerNames()));
         c.optimizer = *opt;
         c.learningRate = tr.at("learning_rate").get<double>();
         c.clipNorm = tr.at("clip_norm").get<double>();
@@ -177,7 +152,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         c.device = d.at("device").get<std::string>();
         const auto prec = parsePrecision(d.at("precision").get<std::string>());
         if (!prec)
-            throw Error(file, 0, "device.precision must be fp32, bf16 or fp16");
+            throw Error(file, 0, "device.precision must be " + joinNames(precisionNames()));
         c.precision = *prec;
         c.threads = d.at("threads").get<int>();
         if (j.contains("corpus")) {
@@ -185,7 +160,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
             c.corpus = cj.value("path", "");
             const auto fmt = parseFormat(cj.value("format", "auto"));
             if (!fmt)
-                throw Error(file, 0, "corpus.format must be auto, yaml, tsv, jsonl, cornell or dialog");
+                throw Error(file, 0, "corpus.format must be " + joinNames(formatNames()));
             c.corpusFormat = *fmt;
             c.latin1 = cj.value("latin1", false);
         }

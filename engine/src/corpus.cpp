@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -14,28 +15,6 @@
 namespace fs = std::filesystem;
 
 namespace chatbench {
-
-std::string formatName(CorpusFormat format)
-{
-    switch (format) {
-    case CorpusFormat::Auto: return "auto";
-    case CorpusFormat::ChatterbotYaml: return "yaml";
-    case CorpusFormat::Tsv: return "tsv";
-    case CorpusFormat::Jsonl: return "jsonl";
-    case CorpusFormat::Cornell: return "cornell";
-    case CorpusFormat::DialogText: return "dialog";
-    }
-    return "auto";
-}
-
-std::optional<CorpusFormat> parseFormat(const std::string& name)
-{
-    for (auto f : { CorpusFormat::Auto, CorpusFormat::ChatterbotYaml, CorpusFormat::Tsv, CorpusFormat::Jsonl,
-             CorpusFormat::Cornell, CorpusFormat::DialogText })
-        if (formatName(f) == name)
-            return f;
-    return std::nullopt;
-}
 
 namespace {
 
@@ -325,6 +304,7 @@ CorpusFormat detectFormat(const std::string& path)
 Corpus loadCorpus(const std::string& path, const LoadOptions& options)
 {
     Corpus corpus;
+    corpus.path = path;
     corpus.format = options.format == CorpusFormat::Auto ? detectFormat(path) : options.format;
     const fs::path p(path);
     std::error_code ec;
@@ -392,6 +372,16 @@ Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint
     for (size_t i = 0; i < pairs.size(); ++i)
         (isVal[i] ? s.validation : s.train).push_back(pairs[i]);
     return s;
+}
+
+std::string defaultCorpusPath()
+{
+    if (const char* env = std::getenv("CHATBENCH_CORPUS"); env && *env)
+        return env;
+    std::error_code ec;
+    if (fs::exists("datasets/chatbench", ec))
+        return "datasets/chatbench";
+    return CHATBENCH_DATASETS_DIR "/chatbench";
 }
 
 } // namespace chatbench

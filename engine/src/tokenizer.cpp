@@ -35,11 +35,6 @@ bool isWordByte(unsigned char b)
 
 } // namespace
 
-std::string tokenizerModeName(TokenizerMode mode)
-{
-    return mode == TokenizerMode::Keras ? "keras" : "punct";
-}
-
 std::vector<std::string> Tokenizer::split(const std::string& input) const
 {
     const std::string s = asciiLower(input);
@@ -171,10 +166,11 @@ Tokenizer Tokenizer::load(const std::string& path)
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-vocab", "not a chatbench vocabulary file");
     Tokenizer tok;
     try {
-        const std::string mode = j.at("mode").get<std::string>();
-        if (mode != "keras" && mode != "punct")
-            throw Error(path, 0, "unknown tokenizer mode '" + mode + "'");
-        tok.m_options.mode = mode == "keras" ? TokenizerMode::Keras : TokenizerMode::Punctuation;
+        const std::string name = j.at("mode").get<std::string>();
+        const auto mode = parseTokenizerMode(name);
+        if (!mode)
+            throw Error(path, 0, "unknown tokenizer mode '" + name + "' (" + joinNames(tokenizerModeNames()) + ")");
+        tok.m_options.mode = *mode;
         tok.m_options.minFrequency = j.at("min_frequency").get<int>();
         tok.m_options.maxSize = j.at("max_size").get<int>();
         tok.m_words = j.at("tokens").get<std::vector<std::string>>();

@@ -4,16 +4,20 @@
 #include "batches.h"
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
+#include "chatbench/runs.h"
 #include "checkpoint.h"
 #include "model.h"
 #include "snapshot.h"
 #include "text.h"
 #include "torchutil.h"
+#include "trainstep.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -28,75 +32,16 @@ double secondsSince(Clock::time_point t0)
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, std::vector<torch::Tensor> params)
-{
-    switch (cfg.optimizer) {
-    case OptimizerKind::Adam:
-        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(cfg.learningRate));
-    case OptimizerKind::RMSprop:
-        // Keras' RMSprop defaults: rho 0.9, epsilon 1e-7.
-        return std::make_unique<torch::optim::RMSprop>(
-            params, torch::optim::RMSpropOptions(cfg.learningRate).alpha(0.9).eps(1e-7));
-    case OptimizerKind::SGD:
-        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(cfg.learningRate));
-    }
-    throw Error("unknown optimizer");
-}
-
 // Everything one training call works on.
 struct Session {
     TrainConfig cfg;
     std::string runDir;
-    torch::Device device { torch::kCPU };
-    Precision precision = Precision::FP32;
     Tokenizer tok;
     std::vector<Example> train;
     std::vector<Example> validation;
-    Seq2Seq model { nullptr };
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    Stepper step; // model, optimizer, device and precision
     RunState state;
 };
-
-// Masked cross-entropy summed over real target tokens; `correct` gets the argmax hits.
-torch::Tensor lossSum(Session& s, const Batch& batch, bool training, double teacherForcing, int64_t* correct)
-{
-    AutocastScope autocast(s.device, s.precision);
-    EncoderOutput enc = s.model->encode(batch.source, batch.lengths);
-    torch::Tensor logits; // (B, T, V)
-    if (!training || teacherForcing >= 1.0) {
-        logits = s.model->decode(batch.input, enc.h, enc.c, enc).logits;
-    } else {
-        // Scheduled sampling: each step feeds the true token with probability `teacherForcing`,
-        // otherwise the model's own previous choice.
-        const int64_t T = batch.input.size(1);
-        auto h = enc.h, c = enc.c;
-        auto input = batch.input.select(1, 0); // (B)
-        std::vector<torch::Tensor> steps;
-        for (int64_t t = 0; t < T; ++t) {
-            DecoderOutput d = s.model->decode(input.unsqueeze(1), h, c, enc);
-            steps.push_back(d.logits);
-            h = d.h;
-            c = d.c;
-            if (t + 1 < T) {
-                auto truth = batch.input.select(1, t + 1);
-                auto guess = d.logits.squeeze(1).argmax(-1);
-                auto useTruth
-                    = torch::rand({ truth.size(0) }, torch::TensorOptions().device(s.device)) < teacherForcing;
-                input = torch::where(useTruth, truth, guess);
-            }
-        }
-        logits = torch::cat(steps, 1);
-    }
-    const int64_t V = logits.size(-1);
-    auto flat = logits.reshape({ -1, V }).to(torch::kFloat32);
-    auto target = batch.target.reshape({ -1 });
-    if (correct) {
-        auto hits = (flat.argmax(-1) == target) & batch.mask.reshape({ -1 });
-        *correct = hits.sum().item<int64_t>();
-    }
-    return torch::nn::functional::cross_entropy(flat, target,
-        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(Tokenizer::kPad).reduction(torch::kSum));
-}
 
 struct Validation {
     double loss = NAN;
@@ -109,7 +54,7 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
     if (s.validation.empty())
         return v;
     torch::NoGradGuard noGrad;
-    s.model->eval();
+    s.step.model->eval();
     double sum = 0;
     int64_t tokens = 0, correct = 0;
     const size_t B = static_cast<size_t>(s.cfg.batchSize);
@@ -121,9 +66,9 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
         std::vector<size_t> idx;
         for (size_t i = start; i < std::min(s.validation.size(), start + B); ++i)
             idx.push_back(i);
-        Batch batch = collate(s.validation, idx, s.device);
+        Batch batch = collate(s.validation, idx, s.step.device);
         int64_t hits = 0;
-        sum += lossSum(s, batch, false, 1.0, &hits).item<double>();
+        sum += lossSum(s.step, batch, false, 1.0, &hits).item<double>();
         tokens += batch.tokens;
         correct += hits;
     }
@@ -157,8 +102,6 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
     const ResolvedDevice r = resolveDevice(s.cfg.device, s.cfg.precision);
     if (!r.note.empty())
         log(cb, r.note);
-    s.device = parseDevice(r.device);
-    s.precision = r.precision;
 
     const Split split = splitPairs(corpus.pairs, s.cfg.validationFraction, s.cfg.seed);
     if (s.tok.size() == 0)
@@ -174,24 +117,20 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
         throw Error("no training pairs left after tokenizing the corpus");
     s.cfg.model.vocabSize = s.tok.size();
 
-    torch::manual_seed(s.cfg.seed);
-    s.model = Seq2Seq(s.cfg.model);
-    s.model->to(s.device);
-    s.optimizer = makeOptimizer(s.cfg, s.model->parameters());
+    s.step = makeStepper(s.cfg, parseDevice(r.device), r.precision);
 }
 
 TrainResult loop(Session& s, const TrainCallbacks& cb)
 {
     TrainResult result;
-    result.device = s.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(s.device.index());
-    result.precision = s.precision;
+    result.device = s.step.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(s.step.device.index());
+    result.precision = s.step.precision;
     const auto callStart = Clock::now();
     const int64_t batchesPerEpoch = static_cast<int64_t>((s.train.size() + s.cfg.batchSize - 1) / s.cfg.batchSize);
     const int64_t totalSteps = batchesPerEpoch * s.cfg.epochs;
     const int64_t firstStep = s.state.step;
     const double elapsedAtStart = s.state.elapsedSeconds;
-    const bool scaleLoss = s.precision == Precision::FP16;
-    int64_t goodSteps = 0;
+    s.step.lossScale = s.state.lossScale;
 
     auto finish = [&](TrainStatus status) {
         result.status = status;
@@ -206,11 +145,12 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
     auto cancelled = [&] { return cb.cancel && cb.cancel->load(); };
     auto checkpoint = [&] {
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
-        saveCheckpoint(s.runDir, s.model, *s.optimizer, s.state);
+        s.state.lossScale = s.step.lossScale;
+        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state);
     };
 
     if (cb.onSnapshot)
-        cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.model, s.state.step));
+        cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.step.model, s.state.step));
     while (s.state.epoch < s.cfg.epochs && !s.state.finished) {
         const auto plan = planBatches(s.train, s.cfg.batchSize, s.cfg.bucketing, epochSeed(s.cfg.seed, s.state.epoch));
         auto epochStart = Clock::now()
@@ -226,43 +166,17 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             // Every step reseeds from (seed, step): dropout and scheduled sampling then repeat
             // exactly after a resume without storing generator state.
             torch::manual_seed(s.cfg.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(s.state.step + 1));
-            s.model->train();
-            Batch batch = collate(s.train, plan[static_cast<size_t>(b)], s.device);
-            auto sum = lossSum(s, batch, true, s.cfg.teacherForcing, nullptr);
-            auto loss = sum / static_cast<double>(batch.tokens);
-            s.optimizer->zero_grad();
-            (scaleLoss ? loss * s.state.lossScale : loss).backward();
-            bool stepOk = true;
-            if (scaleLoss) {
-                for (auto& p : s.model->parameters())
-                    if (p.grad().defined())
-                        p.grad().div_(s.state.lossScale);
-                bool finite = true;
-                for (auto& p : s.model->parameters())
-                    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>())
-                        finite = false;
-                if (!finite) {
-                    s.state.lossScale /= 2;
-                    goodSteps = 0;
-                    stepOk = false;
-                } else if (++goodSteps % 2000 == 0) {
-                    s.state.lossScale *= 2;
-                }
-            }
-            const double lossValue = loss.item<double>();
-            if (!std::isfinite(lossValue) && !scaleLoss)
-                throw Error("training diverged: the loss is " + std::to_string(lossValue) + " at step "
+            Batch batch = collate(s.train, plan[static_cast<size_t>(b)], s.step.device);
+            const StepOutcome out = trainStep(s.step, batch);
+            if (!std::isfinite(out.loss) && s.step.precision != Precision::FP16)
+                throw Error("training diverged: the loss is " + std::to_string(out.loss) + " at step "
                     + std::to_string(s.state.step + 1)
                     + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
                     + s.state.checkpoint + ")");
-            if (stepOk) {
-                if (s.cfg.clipNorm > 0)
-                    torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.cfg.clipNorm);
-                s.optimizer->step();
-            }
+            const double lossValue = out.loss;
             ++s.state.step;
             s.state.batchInEpoch = b + 1;
-            s.state.epochLossSum += sum.item<double>();
+            s.state.epochLossSum += out.lossSum;
             s.state.epochTokens += batch.tokens;
 
             const double stepSeconds = secondsSince(stepStart);
@@ -322,7 +236,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         if (cb.onEpoch)
             cb.onEpoch(m);
         if (cb.onSnapshot)
-            cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.model, s.state.step));
+            cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.step.model, s.state.step));
         if (stopEarly) {
             log(cb, "early stop: validation loss has not improved for " + std::to_string(s.cfg.patience) + " epochs");
             return finish(TrainStatus::EarlyStopped);
@@ -351,19 +265,11 @@ uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
     return h;
 }
 
-TrainConfig loadRunConfig(const std::string& runDir)
-{
-    const std::string path = configPath(runDir);
-    if (!fs::exists(path))
-        throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
-    return trainConfigFromJson(text::readFile(path), path);
-}
-
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
 {
     validate(cfg);
     std::error_code ec;
-    if (fs::exists(fs::path(runDir) / "state.json", ec) || fs::exists(fs::path(runDir) / "config.json", ec))
+    if (holdsRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     fs::create_directories(runDir, ec);
     if (ec)
@@ -378,9 +284,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     s.tok.save(vocabPath(runDir));
     log(cb,
         "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
-            + std::to_string(s.validation.size()) + " validation pairs, device " + (s.device.is_cpu() ? "cpu" : "cuda")
-            + " " + precisionName(s.precision));
-    saveCheckpoint(runDir, s.model, *s.optimizer, s.state);
+            + std::to_string(s.validation.size()) + " validation pairs, device "
+            + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision));
+    saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state);
     return loop(s, cb);
 }
 
@@ -404,7 +310,7 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     prepare(s, corpus, cb);
     if (s.cfg.model.vocabSize != vocab)
         throw Error(vocabPath(runDir), 0, "vocabulary size does not match config.json");
-    loadCheckpoint(runDir, s.state, s.model, s.optimizer.get());
+    loadCheckpoint(runDir, s.state, s.step.model, s.step.optimizer.get());
     if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)
@@ -412,6 +318,26 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     else
         log(cb, "resuming at epoch " + std::to_string(s.state.epoch + 1) + ", step " + std::to_string(s.state.step));
     return loop(s, cb);
+}
+
+TrainResult resume(const std::string& runDir, const TrainCallbacks& cb, int epochs)
+{
+    return resume(runDir, loadRunCorpus(runDir), cb, epochs);
+}
+
+std::string describe(const TrainResult& r)
+{
+    std::ostringstream o;
+    o << std::fixed << trainStatusWord(r.status) << " after " << r.epochsDone << " epoch(s), " << r.steps
+      << " steps in " << std::setprecision(1) << r.seconds << " s";
+    if (!r.device.empty())
+        o << " on " << r.device << " " << precisionName(r.precision);
+    o << std::setprecision(4);
+    if (std::isfinite(r.finalTrainLoss))
+        o << "; final train loss " << r.finalTrainLoss;
+    if (std::isfinite(r.bestValidationLoss))
+        o << ", best validation loss " << r.bestValidationLoss;
+    return o.str();
 }
 
 } // namespace chatbench

@@ -6,11 +6,12 @@
 //   auto report = chatbench::runBench(cfg, corpus, {});
 //   std::cout << chatbench::toJson(report);            // versioned schema "chatbench-bench"
 //
-// Timed units: one training step, one epoch over the corpus, a full reply at batch 1 (latency)
-// and replies at batch N (throughput). Each is warmed up, repeated, and summarised by its
-// median and spread; CUDA work is synchronised before every clock read. Derived figures:
-// tokens/s, achieved GFLOP/s from the formula below, its ratio to a GEMM measured on the same
-// device in the same run, peak memory, and energy where the machine exposes it.
+// Timed units (BenchUnit): one training step, one epoch over the corpus, a full reply at batch 1
+// (latency) and replies at batch N (throughput). The training units run the trainer's own step
+// (the preset's optimizer, clipping, precision and determinism), not a copy of it. Each is warmed up, repeated, and
+// summarised by its median and spread; CUDA work is synchronised before every clock read. Derived figures: tokens/s,
+// achieved GFLOP/s from the formula below, its ratio to a GEMM measured on the same device in the same run, peak
+// memory, and energy where the machine exposes it.
 //
 // FLOP count (multiply-add = 2 FLOPs): an LSTM layer with input width I and H units does
 // 2·4H·(I+H)·B FLOPs per step for B sequences; the output projection 2·H·V·B per decoder step
@@ -22,6 +23,7 @@
 
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
+#include "chatbench/names.h"
 
 #include <atomic>
 #include <functional>
@@ -58,7 +60,7 @@ Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, 
 
 struct BenchConfig {
     std::vector<std::string> devices = { "cpu" };
-    std::vector<std::string> precisions = { "fp32" }; // fp32, bf16, fp16, tf32 (CUDA)
+    std::vector<BenchPrecision> precisions = { BenchPrecision::FP32 }; // tf32: CUDA only
     std::vector<int> batchSizes = { 1, 16, 64 };
     std::vector<int> threads = { 0 }; // CPU thread counts to sweep; 0 = default
     std::string preset = "seed"; // model and training settings
@@ -72,10 +74,10 @@ struct BenchConfig {
 
 struct BenchRow {
     std::string device; // "cpu", "cuda:0"
-    std::string precision;
+    BenchPrecision precision = BenchPrecision::FP32;
     int threads = 0; // CPU intra-op threads used
     int batch = 0;
-    std::string unit; // "train_step", "epoch", "reply_latency", "reply_throughput"
+    BenchUnit unit = BenchUnit::TrainStep;
     Timing time;
     double tokensPerSecond = 0;
     double gflops = 0; // achieved, from the formula above (0 for epoch)
@@ -88,7 +90,7 @@ struct BenchRow {
 
 struct GemmCeiling {
     std::string device;
-    std::string precision;
+    BenchPrecision precision = BenchPrecision::FP32;
     int threads = 0; // CPU intra-op threads (0 on CUDA)
     int n = 0; // square matrix size
     double gflops = 0;
@@ -101,7 +103,7 @@ struct RacePoint {
 };
 struct RaceCurve {
     std::string device;
-    std::string precision;
+    BenchPrecision precision = BenchPrecision::FP32;
     int threads = 0;
     std::vector<RacePoint> points;
 };

@@ -14,6 +14,7 @@
 // corresponding checks fail.
 
 #include "chatbench/config.h"
+#include "chatbench/names.h"
 #include "chatbench/tokenizer.h"
 
 #include <cstdint>
@@ -22,16 +23,6 @@
 #include <vector>
 
 namespace chatbench {
-
-enum class DecodeMethod { Greedy, Beam, Sample };
-enum class HandoffMode {
-    Correct, // decoder starts from the encoder's final (h, c) and carries its state
-    ZeroInit, // decoder starts from zeros (the bug)
-    ResetEachStep // decoder starts right but loses its state after every step
-};
-
-std::string decodeMethodName(DecodeMethod m); // "greedy" / "beam" / "sample"
-std::string handoffModeName(HandoffMode m); // "correct" / "zero-init" / "reset-each-step"
 
 struct DecodeOptions {
     DecodeMethod method = DecodeMethod::Greedy;
@@ -131,5 +122,8 @@ private:
 
 // The reply and its whole trace as JSON.
 std::string toJson(const Reply& reply, int indent = -1);
+// The three checks in one line: "handoff ok (max diff 0), state carried ok (…), step-wise ==
+// teacher-forced ok (…)", FAIL where one fails.
+std::string describe(const TraceChecks& checks);
 
 } // namespace chatbench

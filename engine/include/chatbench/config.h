@@ -7,22 +7,14 @@
 //   std::string json = chatbench::toJson(cfg);
 
 #include "chatbench/corpus.h"
+#include "chatbench/names.h"
 #include "chatbench/tokenizer.h"
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace chatbench {
-
-enum class OptimizerKind { Adam, RMSprop, SGD };
-enum class Precision { FP32, BF16, FP16 };
-
-std::string optimizerName(OptimizerKind k); // "adam" / "rmsprop" / "sgd"
-std::optional<OptimizerKind> parseOptimizer(const std::string& name);
-std::string precisionName(Precision p); // "fp32" / "bf16" / "fp16"
-std::optional<Precision> parsePrecision(const std::string& name);
 
 struct ModelConfig {
     int64_t vocabSize = 0; // set from the tokenizer when training starts
@@ -64,6 +56,8 @@ struct TrainConfig {
 // "quick" (small and fast), "large" (2 layers, attention). Throws Error for other names.
 TrainConfig preset(const std::string& name);
 std::vector<std::string> presetNames();
+// One line saying what a preset is for ("the Keras recipe"); empty for an unknown name.
+std::string presetDescription(const std::string& name);
 
 // Throws Error naming the first field that is out of range.
 void validate(const TrainConfig& cfg);

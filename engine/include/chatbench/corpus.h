@@ -7,19 +7,13 @@
 //
 // Every loader throws chatbench::Error naming the file and line of the first problem.
 
+#include "chatbench/names.h"
+
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace chatbench {
-
-enum class CorpusFormat { Auto, ChatterbotYaml, Tsv, Jsonl, Cornell, DialogText };
-
-// "auto", "yaml", "tsv", "jsonl", "cornell", "dialog".
-std::string formatName(CorpusFormat format);
-// The inverse of formatName; nullopt for an unknown name.
-std::optional<CorpusFormat> parseFormat(const std::string& name);
 
 struct Pair {
     std::string prompt; // what the user says
@@ -34,6 +28,7 @@ struct LoadOptions {
 };
 
 struct Corpus {
+    std::string path; // the file or folder it was loaded from (empty when built in memory)
     std::vector<Pair> pairs; // in file order
     CorpusFormat format = CorpusFormat::Auto; // the format that was used
     std::vector<std::string> files; // files read, in order
@@ -54,5 +49,9 @@ struct Split {
     std::vector<Pair> validation;
 };
 Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed);
+
+// The corpus a front end opens when the user names none: $CHATBENCH_CORPUS, else
+// ./datasets/chatbench when it exists, else the bundled corpus where the project was built.
+std::string defaultCorpusPath();
 
 } // namespace chatbench

@@ -18,13 +18,6 @@
 
 namespace chatbench {
 
-enum class TokenizerMode {
-    Keras, // lowercase, Keras' default filter characters become spaces, split on spaces
-    Punctuation // lowercase, every punctuation mark is a token of its own
-};
-
-std::string tokenizerModeName(TokenizerMode mode); // "keras" / "punct"
-
 struct TokenizerOptions {
     TokenizerMode mode = TokenizerMode::Keras;
     int minFrequency = 1; // words seen fewer times become <unk>

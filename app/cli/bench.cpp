@@ -1,0 +1,149 @@
+// chatbench-cli bench — time training and replies per device × precision × batch × threads;
+// print a table and write the JSON report the Compare view reads.
+
+#include "chatbench/bench.h"
+#include "chatbench/error.h"
+#include "common.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+namespace cli {
+
+namespace {
+
+using namespace chatbench;
+
+struct BenchArgs {
+    std::string corpus;
+    std::string format = formatName(CorpusFormat::Auto);
+    BenchConfig cfg;
+    std::vector<std::string> precisions = { benchPrecisionName(BenchPrecision::FP32) };
+    std::string out = "bench-report.json";
+    bool json = false;
+    bool noEpoch = false;
+};
+
+void printTable(const BenchReport& r, const BenchConfig& cfg)
+{
+    std::cout << r.label << " · torch " << r.machine.torch << " · preset " << r.preset << " (E=" << r.model.embedDim
+              << ", H=" << r.model.hidden << ", layers " << r.model.layers << ", V=" << r.model.vocabSize << ") · "
+              << r.corpusPairs << " pairs\n\n";
+    std::cout << std::left << std::setw(8) << "device" << std::setw(6) << "prec" << std::right << std::setw(4) << "thr"
+              << std::setw(7) << "batch"
+              << "  " << std::left << std::setw(17) << "unit" << std::right << std::setw(11) << "median ms"
+              << std::setw(20) << "p10–p90 ms" << std::setw(12) << "tokens/s" << std::setw(10) << "GFLOP/s"
+              << std::setw(8) << "%GEMM" << std::setw(10) << "peak MiB" << std::setw(10) << "energy J"
+              << "\n";
+    for (const auto& x : r.rows) {
+        std::cout << std::left << std::setw(8) << x.device << std::setw(6) << benchPrecisionName(x.precision)
+                  << std::right << std::setw(4) << x.threads << std::setw(7) << x.batch << "  " << std::left
+                  << std::setw(17) << benchUnitName(x.unit) << std::right << std::setw(11)
+                  << fixed(1e3 * x.time.median, 2) << std::setw(20)
+                  << (fixed(1e3 * x.time.p10, 2) + "–" + fixed(1e3 * x.time.p90, 2)) << std::setw(12)
+                  << fixed(x.tokensPerSecond, 0) << std::setw(10) << fixed(x.gflops, 2) << std::setw(8)
+                  << fixed(100 * x.gemmFraction, 1) << std::setw(10)
+                  << fixed(static_cast<double>(x.peakMemoryBytes) / (1 << 20), 0) << std::setw(10)
+                  << (x.energyJoules >= 0 ? fixed(x.energyJoules, 2) : std::string("n/a")) << "\n";
+    }
+    std::cout << "\nGEMM ceiling (same run):";
+    for (const auto& g : r.gemm)
+        std::cout << "\n  " << g.device << " " << benchPrecisionName(g.precision)
+                  << (g.threads > 0 ? " " + std::to_string(g.threads) + " thr" : std::string()) << "  " << g.n
+                  << "³ matmul: " << fixed(g.gflops, 1) << " GFLOP/s";
+    std::cout << "\nGFLOP/s = model FLOPs / median time: per LSTM layer and step 2·4H·(I+H)·B, projection 2·H·V·B per "
+                 "decoder step,\n"
+                 "training 3× forward; %GEMM = that / the matmul ceiling of the same device, precision and threads.\n";
+    for (const auto& c : r.races)
+        if (!c.points.empty())
+            std::cout << "race " << c.device << " " << benchPrecisionName(c.precision) << ": " << c.points.size()
+                      << " epochs in " << fixed(c.points.back().seconds, 2) << " s, final loss "
+                      << fixed(c.points.back().loss, 4) << "\n";
+    for (const auto& n : r.notes)
+        std::cout << "note: " << n << "\n";
+    std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource) << "; times are medians of "
+              << cfg.repeats << " runs after " << cfg.warmup << " warm-up run(s)\n";
+}
+
+int run(BenchArgs a)
+{
+    if (a.corpus.empty())
+        a.corpus = defaultCorpusPath();
+    a.cfg.epoch = !a.noEpoch;
+    a.cfg.precisions.clear();
+    for (const auto& p : a.precisions)
+        a.cfg.precisions.push_back(*parseBenchPrecision(p));
+    const Corpus corpus = loadCorpusArg(a.corpus, a.format, false);
+    BenchCallbacks cb;
+    cb.cancel = &cancelFlag();
+    const bool tty = ::isatty(STDERR_FILENO);
+    cb.onProgress = [&](const std::string& what, int done, int total) {
+        if (tty)
+            std::cerr << "\r\033[K[" << done << "/" << total << "] " << what << std::flush;
+    };
+    const BenchReport r = runBench(a.cfg, corpus, cb);
+    if (tty)
+        std::cerr << "\r\033[K";
+    if (!a.out.empty()) {
+        std::ofstream f(a.out);
+        f << toJson(r);
+        if (!f)
+            throw Error(a.out, 0, "cannot write the report");
+    }
+    if (a.json) {
+        std::cout << toJson(r);
+        return 0;
+    }
+    printTable(r, a.cfg);
+    if (!a.out.empty())
+        std::cout << "report: " << a.out << "\n";
+    return 0;
+}
+
+} // namespace
+
+void addBenchCommand(CLI::App& app, int& exitCode)
+{
+    auto a = std::make_shared<BenchArgs>();
+    auto* cmd = app.add_subcommand(
+        "bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
+    cmd->add_option("--corpus", a->corpus, "Corpus (default: the bundled corpus)");
+    cmd->add_option("--format", a->format, "Corpus format: " + joinNames(formatNames()))->check(oneOf(formatNames()));
+    cmd->add_option("--preset", a->cfg.preset, "Model preset: seed, quick, large")
+        ->check(oneOf(presetNames()))
+        ->capture_default_str();
+    cmd->add_option("--device", a->cfg.devices, "Devices, e.g. cpu,cuda:0")->delimiter(',')->capture_default_str();
+    cmd->add_option("--precision", a->precisions, joinNames(benchPrecisionNames()))
+        ->delimiter(',')
+        ->check(oneOf(benchPrecisionNames()))
+        ->capture_default_str();
+    cmd->add_option("--batch", a->cfg.batchSizes, "Batch sizes, e.g. 1,16,64")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 65536))
+        ->capture_default_str();
+    cmd->add_option("--threads", a->cfg.threads, "CPU thread counts to sweep, e.g. 1,2 (0 = default)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+    cmd->add_option("--repeats", a->cfg.repeats, "Timed repetitions per unit")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    cmd->add_option("--warmup", a->cfg.warmup, "Untimed warm-up runs per unit")
+        ->check(CLI::Range(0, 100))
+        ->capture_default_str();
+    cmd->add_option("--reply-length", a->cfg.replyLength, "Decoder steps per reply")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    cmd->add_option("--race-epochs", a->cfg.raceEpochs, "Also train N epochs per device, recording loss vs time")
+        ->check(CLI::Range(0, 100000));
+    cmd->add_flag("--no-epoch", a->noEpoch, "Skip the whole-epoch timing");
+    cmd->add_option("--out", a->out, "Report file (JSON); empty: none")->capture_default_str();
+    cmd->add_flag("--json", a->json, "Print the report instead of the table");
+    cmd->callback([a, &exitCode] { exitCode = run(*a); });
+}
+
+} // namespace cli

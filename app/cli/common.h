@@ -1,0 +1,35 @@
+#pragma once
+// What the command files share: the registration signature, the Ctrl-C flag, and the few
+// input translations every command makes the same way.
+
+#include "chatbench/corpus.h"
+
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace cli {
+
+// Each command adds its subcommand to `app`; when it runs, it stores its exit status in `exitCode`.
+void addCorpusCommand(CLI::App& app, int& exitCode);
+void addTrainCommand(CLI::App& app, int& exitCode);
+void addChatCommand(CLI::App& app, int& exitCode);
+void addBenchCommand(CLI::App& app, int& exitCode);
+void addDoctorCommand(CLI::App& app, int& exitCode);
+
+// Set by the first Ctrl-C (or SIGTERM); long jobs stop after their current batch.
+std::atomic<bool>& cancelFlag();
+void installSignalHandlers();
+
+// A CLI11 check accepting exactly `names`, the engine's spellings.
+CLI::IsMember oneOf(const std::vector<std::string>& names);
+
+// Loads a corpus named on the command line; `format` is one of chatbench::formatNames().
+chatbench::Corpus loadCorpusArg(const std::string& path, const std::string& format, bool latin1);
+
+// `v` with `digits` decimals.
+std::string fixed(double v, int digits);
+
+} // namespace cli

@@ -1,0 +1,37 @@
+// chatbench-cli: the headless workbench. Each command lives in its own file and adds itself to
+// the parser; this file only assembles them and turns errors into one message and an exit code.
+
+#include "chatbench/error.h"
+#include "common.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+int main(int argc, char** argv)
+{
+    CLI::App app { "chatbench-cli — train LSTM seq2seq chatbots and see the encoder→decoder state handoff" };
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "chatbench 0.1.0");
+
+    int exitCode = 0;
+    cli::addCorpusCommand(app, exitCode);
+    cli::addTrainCommand(app, exitCode);
+    cli::addChatCommand(app, exitCode);
+    cli::addDoctorCommand(app, exitCode);
+    cli::addBenchCommand(app, exitCode);
+
+    cli::installSignalHandlers();
+    try {
+        app.parse(argc, argv); // runs the chosen command's callback
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const chatbench::Error& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 2;
+    }
+    return exitCode;
+}

@@ -1,0 +1,182 @@
+// chatbench-cli train — a new run into a folder, or --resume one; Ctrl-C stops with a checkpoint.
+
+#include "chatbench/config.h"
+#include "chatbench/error.h"
+#include "chatbench/runs.h"
+#include "chatbench/trainer.h"
+#include "common.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+namespace cli {
+
+namespace {
+
+using namespace chatbench;
+
+struct TrainArgs {
+    std::string corpus;
+    std::string format = formatName(CorpusFormat::Auto);
+    bool latin1 = false;
+    std::string preset = "seed";
+    std::string run = "runs/latest";
+    bool resume = false;
+    bool quiet = false;
+    std::optional<int> epochs, batchSize, hidden, embed, layers, maxSource, maxTarget, patience, threads, minFreq,
+        maxVocab, checkpointEvery;
+    std::optional<double> lr, dropout, teacherForcing, clip, valFraction;
+    std::optional<uint64_t> seed;
+    std::optional<std::string> optimizer, device, precision, tokenizer;
+    bool attention = false, noAttention = false, sharedEmbedding = false, nondeterministic = false, noBucketing = false;
+};
+
+// The preset, then every option the user gave.
+TrainConfig configFrom(const TrainArgs& a)
+{
+    TrainConfig c = preset(a.preset);
+    auto set = [](auto& field, const auto& value) {
+        if (value)
+            field = *value;
+    };
+    set(c.epochs, a.epochs);
+    set(c.batchSize, a.batchSize);
+    set(c.model.hidden, a.hidden);
+    set(c.model.embedDim, a.embed);
+    set(c.model.layers, a.layers);
+    set(c.model.maxSourceLength, a.maxSource);
+    set(c.model.maxTargetLength, a.maxTarget);
+    set(c.patience, a.patience);
+    set(c.threads, a.threads);
+    set(c.tokenizer.minFrequency, a.minFreq);
+    set(c.tokenizer.maxSize, a.maxVocab);
+    set(c.checkpointEverySteps, a.checkpointEvery);
+    set(c.learningRate, a.lr);
+    set(c.model.dropout, a.dropout);
+    set(c.teacherForcing, a.teacherForcing);
+    set(c.clipNorm, a.clip);
+    set(c.validationFraction, a.valFraction);
+    set(c.seed, a.seed);
+    set(c.device, a.device);
+    if (a.optimizer)
+        c.optimizer = *parseOptimizer(*a.optimizer);
+    if (a.precision)
+        c.precision = *parsePrecision(*a.precision);
+    if (a.tokenizer)
+        c.tokenizer.mode = *parseTokenizerMode(*a.tokenizer);
+    if (a.attention)
+        c.model.attention = true;
+    if (a.noAttention)
+        c.model.attention = false;
+    if (a.sharedEmbedding)
+        c.model.sharedEmbedding = true;
+    if (a.nondeterministic)
+        c.deterministic = false;
+    if (a.noBucketing)
+        c.bucketing = false;
+    c.corpus = a.corpus;
+    c.corpusFormat = *parseFormat(a.format);
+    c.latin1 = a.latin1;
+    return c;
+}
+
+int run(const TrainArgs& a)
+{
+    const bool tty = ::isatty(STDOUT_FILENO);
+    TrainCallbacks cb;
+    cb.cancel = &cancelFlag();
+    cb.onLog = [](const std::string& m) { std::cout << "note: " << m << std::endl; };
+    double lastLoss = NAN;
+    cb.onStep = [&](const StepMetrics& m) { lastLoss = m.loss; };
+    cb.onProgress = [&](const TrainProgress& p) {
+        if (!tty || a.quiet)
+            return;
+        std::cout << "\r\033[Kepoch " << p.epoch + 1 << "/" << p.epochs << "  step " << p.step << "/" << p.totalSteps
+                  << "  loss " << fixed(lastLoss, 3) << "  elapsed " << formatDuration(p.elapsedSeconds) << "  ETA "
+                  << formatDuration(p.etaSeconds) << std::flush;
+    };
+    cb.onEpoch = [&](const EpochMetrics& m) {
+        if (tty && !a.quiet)
+            std::cout << "\r\033[K";
+        if (a.quiet)
+            return;
+        std::cout << "epoch " << std::setw(3) << m.epoch + 1 << "  train loss " << fixed(m.trainLoss, 4)
+                  << "  val loss " << (std::isfinite(m.validationLoss) ? fixed(m.validationLoss, 4) : "-")
+                  << "  val acc "
+                  << (std::isfinite(m.validationAccuracy) ? fixed(100 * m.validationAccuracy, 1) + "%" : "-") << "  "
+                  << fixed(m.seconds, 2) << " s  " << fixed(m.tokensPerSecond, 0) << " tok/s" << std::endl;
+    };
+
+    TrainResult r;
+    if (a.resume) {
+        // The run's own corpus, unless the user names another (then the fingerprint must match).
+        r = a.corpus.empty() ? resume(a.run, cb, a.epochs.value_or(0))
+                             : resume(a.run, loadCorpusArg(a.corpus, a.format, a.latin1), cb, a.epochs.value_or(0));
+    } else {
+        TrainArgs args = a;
+        if (args.corpus.empty())
+            args.corpus = defaultCorpusPath();
+        const TrainConfig cfg = configFrom(args);
+        validate(cfg);
+        const Corpus corpus = loadCorpusArg(args.corpus, args.format, args.latin1);
+        std::cout << "training preset '" << cfg.preset << "' on " << args.corpus << " (" << corpus.pairs.size()
+                  << " pairs) into " << a.run << std::endl;
+        r = train(cfg, corpus, a.run, cb);
+    }
+    if (tty && !a.quiet)
+        std::cout << "\r\033[K";
+    std::cout << describe(r) << "\nrun folder: " << a.run << "\n";
+    if (r.status == TrainStatus::Cancelled)
+        std::cout << "continue with: chatbench-cli train --resume --run " << a.run << "\n";
+    return r.status == TrainStatus::Cancelled ? 130 : 0;
+}
+
+} // namespace
+
+void addTrainCommand(CLI::App& app, int& exitCode)
+{
+    auto a = std::make_shared<TrainArgs>();
+    auto* cmd = app.add_subcommand("train", "Train a chatbot into a run folder (Ctrl-C stops and checkpoints)");
+    cmd->add_option("--corpus", a->corpus, "Corpus file or folder (default: the bundled corpus)");
+    cmd->add_option("--format", a->format, "Corpus format: " + joinNames(formatNames()))->check(oneOf(formatNames()));
+    cmd->add_flag("--latin1", a->latin1, "Decode the corpus as Latin-1");
+    cmd->add_option("--preset", a->preset, "seed (the Keras recipe), quick, large")->check(oneOf(presetNames()));
+    cmd->add_option("--run", a->run, "Run folder")->capture_default_str();
+    cmd->add_flag("--resume", a->resume, "Continue the run in --run from its last checkpoint");
+    cmd->add_flag("--quiet", a->quiet, "Only the summary");
+    cmd->add_option("--epochs", a->epochs, "Epochs (with --resume: the new total)")->check(CLI::Range(1, 100000));
+    cmd->add_option("--batch-size", a->batchSize, "Pairs per batch")->check(CLI::Range(1, 65536));
+    cmd->add_option("--lr", a->lr, "Learning rate");
+    cmd->add_option("--optimizer", a->optimizer, joinNames(optimizerNames()))->check(oneOf(optimizerNames()));
+    cmd->add_option("--embed", a->embed, "Embedding width");
+    cmd->add_option("--hidden", a->hidden, "LSTM units");
+    cmd->add_option("--layers", a->layers, "LSTM layers");
+    cmd->add_option("--dropout", a->dropout, "Dropout");
+    cmd->add_flag("--attention", a->attention, "Luong attention");
+    cmd->add_flag("--no-attention", a->noAttention, "No attention");
+    cmd->add_flag("--shared-embedding", a->sharedEmbedding, "One embedding for encoder and decoder");
+    cmd->add_option("--max-source", a->maxSource, "Prompt words kept");
+    cmd->add_option("--max-target", a->maxTarget, "Response tokens kept (with <start>/<end>)");
+    cmd->add_option("--teacher-forcing", a->teacherForcing, "Teacher-forcing ratio 0..1");
+    cmd->add_option("--clip", a->clip, "Gradient-norm clip (0 = off)");
+    cmd->add_option("--val-fraction", a->valFraction, "Validation fraction");
+    cmd->add_option("--patience", a->patience, "Early-stopping patience in epochs (0 = off)");
+    cmd->add_option("--seed", a->seed, "Random seed");
+    cmd->add_flag("--nondeterministic", a->nondeterministic, "Allow nondeterministic kernels");
+    cmd->add_flag("--no-bucketing", a->noBucketing, "Plain shuffled batches");
+    cmd->add_option("--checkpoint-every", a->checkpointEvery, "Also checkpoint every N steps");
+    cmd->add_option("--device", a->device, "cpu, cuda, cuda:N");
+    cmd->add_option("--precision", a->precision, joinNames(precisionNames()))->check(oneOf(precisionNames()));
+    cmd->add_option("--threads", a->threads, "CPU threads (0 = default)");
+    cmd->add_option("--min-freq", a->minFreq, "Minimum word frequency");
+    cmd->add_option("--max-vocab", a->maxVocab, "Vocabulary size limit (0 = none)");
+    cmd->add_option("--tokenizer", a->tokenizer, joinNames(tokenizerModeNames()))->check(oneOf(tokenizerModeNames()));
+    cmd->callback([a, &exitCode] { exitCode = run(*a); });
+}
+
+} // namespace cli

@@ -1,0 +1,48 @@
+#pragma once
+// The environment doctor: versions, devices and precisions, the handoff checks on a tiny model
+// trained on the spot, and CPU↔CUDA parity where a GPU is present.
+//
+//   chatbench::DoctorReport d = chatbench::runDoctor();
+//   std::cout << chatbench::describe(d);          // the CLI's text; toJson(d) for --json
+//   return d.healthy ? 0 : 1;
+//
+// The tiny model trains in a temporary folder that is removed however runDoctor ends.
+
+#include "chatbench/chatbot.h"
+#include "chatbench/devices.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+struct DoctorParity {
+    bool ran = false; // false without a CUDA device
+    std::string skipped; // why it did not run
+    double maxLogitDiff = 0; // over the decoder steps until the replies diverge
+    bool repliesAgree = false;
+    std::string cpuReply;
+    std::string cudaReply;
+};
+
+struct DoctorReport {
+    EnvironmentInfo environment;
+    std::vector<DeviceInfo> devices; // cpu first, then each CUDA device
+    int64_t tinySteps = 0; // optimizer steps the tiny model trained for
+    double tinyLoss = 0; // its final training loss
+    std::string question; // what it was asked
+    std::string reply; // its greedy reply with the correct handoff
+    TraceChecks correct; // the checks with the handoff (all must pass)
+    TraceChecks zeroInit; // the checks with the decoder started from zeros (must fail)
+    DoctorParity parity;
+    bool healthy = false; // the checks pass with the handoff and catch the zero-state bug
+};
+
+// Throws Error when the temporary folder cannot be created or the tiny model cannot train.
+DoctorReport runDoctor();
+
+std::string toJson(const DoctorReport& report);
+std::string describe(const DoctorReport& report);
+
+} // namespace chatbench

@@ -1,0 +1,52 @@
+#pragma once
+// The run folder: one training run on disk, written by the trainer and read by everyone else.
+// This header (with runs.cpp) is the only code that knows the files' names and formats.
+//
+//   for (const auto& run : chatbench::listRuns("runs"))           // newest first
+//       std::cout << run.name << " " << run.config.preset << "\n";
+//   auto history = chatbench::readRunHistory("runs/demo");       // every finished epoch
+//   chatbench::Corpus c = chatbench::loadRunCorpus("runs/demo");  // the corpus it trained on
+//
+// A run folder holds config.json (TrainConfig), vocab.json (the tokenizer), state.json (where
+// training stands, written after the checkpoint it names), metrics.csv (one row per epoch) and
+// ckpt-<step>.pt (model + optimizer). Each file is replaced atomically (temporary file + rename).
+
+#include "chatbench/config.h"
+#include "chatbench/corpus.h"
+#include "chatbench/metrics.h"
+
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+// True when `dir` holds a run that has saved at least one checkpoint (chat and resume work).
+bool isRun(const std::string& dir);
+// True when `dir` holds any part of a run (a new run may not start there).
+bool holdsRun(const std::string& dir);
+
+// The config.json of a run folder. Throws Error naming the file.
+TrainConfig loadRunConfig(const std::string& runDir);
+// The run's corpus, loaded from the path, format and encoding its config.json names.
+// Throws Error naming the config and the corpus problem.
+Corpus loadRunCorpus(const std::string& runDir);
+
+// Every epoch in the run's metrics.csv, oldest first; empty when there is none yet.
+// Rows that cannot be read are skipped (the file is rewritten whole after every epoch).
+std::vector<EpochMetrics> readRunHistory(const std::string& runDir);
+
+struct RunInfo {
+    std::string dir; // the run folder
+    std::string name; // its last path component
+    TrainConfig config; // from config.json (defaults when it cannot be read)
+    bool configOk = false; // config.json was read
+    int64_t modified = 0; // seconds since the epoch of the last checkpoint
+};
+// The runs directly inside `runsDir` (folders for which isRun holds), newest first.
+std::vector<RunInfo> listRuns(const std::string& runsDir);
+
+// A fresh folder name inside `runsDir` for a new run: <yyyyMMdd-HHmmss>-<preset>, with -2, -3 …
+// appended when taken. Nothing is created.
+std::string newRunDir(const std::string& runsDir, const std::string& preset);
+
+} // namespace chatbench

@@ -1,0 +1,44 @@
+// Repeated timing and its summary (bench.h); the clock is the caller's, so CUDA can sync.
+#include "chatbench/bench.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace chatbench {
+
+Timing summarise(std::vector<double> samples)
+{
+    Timing t;
+    t.samples = samples;
+    if (samples.empty())
+        return t;
+    std::sort(samples.begin(), samples.end());
+    auto at = [&](double q) {
+        const double pos = q * static_cast<double>(samples.size() - 1);
+        const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
+        return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
+    };
+    t.median = at(0.5);
+    t.p10 = at(0.1);
+    t.p90 = at(0.9);
+    t.min = samples.front();
+    t.max = samples.back();
+    return t;
+}
+
+Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, const BenchClock& clock)
+{
+    for (int i = 0; i < warmup; ++i)
+        work();
+    std::vector<double> samples;
+    for (int i = 0; i < repeats; ++i) {
+        clock.sync(); // nothing queued from before may land in this sample
+        const double t0 = clock.now();
+        work();
+        clock.sync(); // and all of this sample's work must have finished
+        samples.push_back(clock.now() - t0);
+    }
+    return summarise(std::move(samples));
+}
+
+} // namespace chatbench

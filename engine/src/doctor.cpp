@@ -1,0 +1,182 @@
+#include "chatbench/doctor.h"
+
+#include "chatbench/error.h"
+#include "chatbench/trainer.h"
+#include "tracejson.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace chatbench {
+
+namespace {
+
+// A fresh temporary folder, removed with everything in it when the scope ends.
+class ScratchDir {
+public:
+    ScratchDir()
+    {
+        std::string tmpl = (fs::temp_directory_path() / "chatbench-doctor-XXXXXX").string();
+        if (!::mkdtemp(tmpl.data()))
+            throw Error(tmpl, 0, "cannot create a temporary folder for the doctor's tiny model");
+        m_path = tmpl;
+    }
+    ~ScratchDir()
+    {
+        std::error_code ec;
+        fs::remove_all(m_path, ec);
+    }
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+    const std::string& path() const { return m_path; }
+
+private:
+    std::string m_path;
+};
+
+std::string fixed(double v, int digits)
+{
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(digits) << v;
+    return o.str();
+}
+
+} // namespace
+
+DoctorReport runDoctor()
+{
+    DoctorReport d;
+    d.environment = environmentInfo();
+    d.devices = listDevices();
+
+    // The handoff checks on a tiny model trained for a few steps in a temporary run.
+    const ScratchDir scratch;
+    Corpus tiny;
+    const std::vector<std::pair<std::string, std::string>> lines = { { "hello", "hi there" },
+        { "how are you", "i am fine" }, { "what is your name", "i am chatbench" }, { "bye", "see you later" } };
+    for (const auto& [p, r] : lines)
+        tiny.pairs.push_back({ p, r, "doctor", 0 });
+    TrainConfig cfg = preset("quick");
+    cfg.model.embedDim = 16;
+    cfg.model.hidden = 24;
+    cfg.epochs = 60;
+    cfg.learningRate = 1e-2;
+    cfg.batchSize = 4;
+    cfg.validationFraction = 0;
+    const std::string run = scratch.path() + "/run";
+    const TrainResult tr = train(cfg, tiny, run, {});
+    d.tinySteps = tr.steps;
+    d.tinyLoss = tr.finalTrainLoss;
+    d.question = "how are you";
+
+    const Chatbot bot = Chatbot::load(run);
+    DecodeOptions good;
+    DecodeOptions broken;
+    broken.handoff = HandoffMode::ZeroInit;
+    const Reply rGood = bot.reply(d.question, good);
+    const Reply rBroken = bot.reply(d.question, broken);
+    d.reply = rGood.text;
+    d.correct = rGood.trace.checks;
+    d.zeroInit = rBroken.trace.checks;
+    d.healthy = d.correct.handoffEqual && d.correct.stateCarried && d.correct.teacherForcedEqual
+        && !d.zeroInit.handoffEqual && !d.zeroInit.teacherForcedEqual;
+
+    // CPU↔CUDA parity: the same weights on both devices, the same question.
+    if (d.environment.cudaAvailable) {
+        const Chatbot gpu = Chatbot::load(run, "cuda:0");
+        DecodeOptions withLogits;
+        withLogits.recordLogits = true;
+        const Reply a = bot.reply(d.question, withLogits);
+        const Reply b = gpu.reply(d.question, withLogits);
+        d.parity.ran = true;
+        d.parity.cpuReply = a.text;
+        d.parity.cudaReply = b.text;
+        d.parity.repliesAgree = a.text == b.text;
+        for (size_t t = 0; t < std::min(a.trace.steps.size(), b.trace.steps.size()); ++t) {
+            const auto& la = a.trace.steps[t].logits;
+            const auto& lb = b.trace.steps[t].logits;
+            for (size_t k = 0; k < std::min(la.size(), lb.size()); ++k)
+                d.parity.maxLogitDiff = std::max(d.parity.maxLogitDiff, static_cast<double>(std::abs(la[k] - lb[k])));
+            if (a.trace.steps[t].chosenId != b.trace.steps[t].chosenId)
+                break; // past a divergence the inputs differ
+        }
+    } else {
+        d.parity.skipped = "no CUDA device available";
+    }
+    return d;
+}
+
+std::string toJson(const DoctorReport& d)
+{
+    const EnvironmentInfo& env = d.environment;
+    nlohmann::ordered_json j;
+    j["torch"] = env.torchVersion;
+    j["cuda_built"] = env.cudaBuilt;
+    j["cuda_available"] = env.cudaAvailable;
+    j["cuda_devices"] = env.cudaDeviceCount;
+    j["cuda_version"] = env.cudaVersion;
+    j["cudnn_version"] = env.cudnnVersion;
+    j["onednn_version"] = env.onednnVersion;
+    j["threads"] = env.threads;
+    j["interop_threads"] = env.interopThreads;
+    auto& dj = j["devices"] = nlohmann::ordered_json::array();
+    for (const auto& dev : d.devices) {
+        nlohmann::ordered_json pj;
+        for (const auto& p : dev.precisions)
+            pj[precisionName(p.precision)]
+                = p.supported ? nlohmann::ordered_json("ok") : nlohmann::ordered_json(p.reason);
+        dj.push_back(
+            { { "id", dev.id }, { "name", dev.name }, { "memory_bytes", dev.memoryBytes }, { "precisions", pj } });
+    }
+    j["handoff"] = { { "train_loss", d.tinyLoss }, { "reply", d.reply }, { "checks", checksJson(d.correct) },
+        { "zero_init_checks", checksJson(d.zeroInit) }, { "healthy", d.healthy } };
+    j["cpu_cuda_parity"] = d.parity.ran ? nlohmann::ordered_json { { "max_logit_diff", d.parity.maxLogitDiff },
+        { "replies_agree", d.parity.repliesAgree }, { "cpu_reply", d.parity.cpuReply },
+        { "cuda_reply", d.parity.cudaReply } }
+                                        : nlohmann::ordered_json { { "skipped", d.parity.skipped } };
+    return j.dump(2) + "\n";
+}
+
+std::string describe(const DoctorReport& d)
+{
+    const EnvironmentInfo& env = d.environment;
+    std::ostringstream o;
+    o << "torch        " << env.torchVersion << "\n"
+      << "CUDA         " << (env.cudaBuilt ? "built in (libtorch_cuda linked)" : "not built in") << ", "
+      << (env.cudaAvailable ? std::to_string(env.cudaDeviceCount) + " device(s) available" : "no device available")
+      << "\n"
+      << "CUDA runtime " << (env.cudaVersion.empty() ? "unknown" : env.cudaVersion) << "\n"
+      << "cuDNN        " << (env.cudnnVersion.empty() ? "unknown" : env.cudnnVersion) << "\n"
+      << "oneDNN       " << (env.onednnVersion.empty() ? "unknown" : env.onednnVersion) << "\n"
+      << "threads      " << env.threads << " intra-op, " << env.interopThreads << " inter-op\n";
+    for (const auto& dev : d.devices) {
+        o << "device       " << dev.id << "  " << dev.name << "  "
+          << fixed(static_cast<double>(dev.memoryBytes) / (1 << 30), 1) << " GiB\n";
+        for (const auto& p : dev.precisions)
+            o << "             " << precisionName(p.precision) << ": " << (p.supported ? "ok" : "no — " + p.reason)
+              << "\n";
+    }
+    o << "handoff      tiny model (" << d.tinySteps << " steps, loss " << fixed(d.tinyLoss, 3) << ") replies '"
+      << d.reply << "'\n"
+      << "  correct    " << describe(d.correct) << "\n"
+      << "  zero-init  " << describe(d.zeroInit) << "\n"
+      << "parity       "
+      << (d.parity.ran ? "cpu vs cuda:0 max |Δlogit| " + std::to_string(d.parity.maxLogitDiff) + ", greedy replies "
+                     + (d.parity.repliesAgree ? "agree"
+                                              : "differ ('" + d.parity.cpuReply + "' vs '" + d.parity.cudaReply + "')")
+                       : "skipped: " + d.parity.skipped)
+      << "\n"
+      << (d.healthy ? "healthy: the checks pass with the handoff and catch the zero-state bug\n"
+                    : "PROBLEM: the handoff checks did not behave as expected\n");
+    return o.str();
+}
+
+} // namespace chatbench

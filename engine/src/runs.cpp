@@ -1,0 +1,304 @@
+#include "chatbench/runs.h"
+
+#include "atomicfile.h"
+#include "chatbench/error.h"
+#include "jsondoc.h"
+#include "runstate.h"
+#include "text.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace chatbench {
+
+namespace {
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kVocabFile = "vocab.json";
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kMetricsFile = "metrics.csv";
+
+// metrics.csv columns, in the order they are written; read back by name.
+constexpr const char* kMetricsColumns[] = { "epoch", "step", "train_loss", "validation_loss", "validation_accuracy",
+    "perplexity", "seconds", "tokens_per_second", "elapsed_seconds" };
+
+nlohmann::json numberOrNull(double v)
+{
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+double numberOr(const nlohmann::json& j, const char* key, double fallback)
+{
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? fallback : it->get<double>();
+}
+
+bool present(const fs::path& p)
+{
+    std::error_code ec;
+    return fs::exists(p, ec);
+}
+
+} // namespace
+
+std::string configPath(const std::string& runDir)
+{
+    return (fs::path(runDir) / kConfigFile).string();
+}
+
+std::string vocabPath(const std::string& runDir)
+{
+    return (fs::path(runDir) / kVocabFile).string();
+}
+
+std::string statePath(const std::string& runDir)
+{
+    return (fs::path(runDir) / kStateFile).string();
+}
+
+std::string checkpointName(int64_t step)
+{
+    char name[64];
+    std::snprintf(name, sizeof name, "ckpt-%08lld.pt", static_cast<long long>(step));
+    return name;
+}
+
+void saveState(const std::string& runDir, const RunState& state)
+{
+    nlohmann::ordered_json j;
+    j["format"] = "chatbench-state";
+    j["version"] = 1;
+    j["checkpoint"] = state.checkpoint;
+    j["epoch"] = state.epoch;
+    j["batch_in_epoch"] = state.batchInEpoch;
+    j["step"] = state.step;
+    j["epoch_loss_sum"] = state.epochLossSum;
+    j["epoch_tokens"] = state.epochTokens;
+    j["epoch_seconds"] = state.epochSeconds;
+    j["elapsed_seconds"] = state.elapsedSeconds;
+    j["best_validation_loss"] = numberOrNull(state.bestValidationLoss);
+    j["have_best"] = state.haveBest;
+    j["bad_epochs"] = state.badEpochs;
+    j["finished"] = state.finished;
+    j["corpus_fingerprint"] = state.corpusFingerprint;
+    j["loss_scale"] = state.lossScale;
+    auto& hist = j["history"] = nlohmann::ordered_json::array();
+    for (const auto& m : state.history)
+        hist.push_back({ { "epoch", m.epoch }, { "step", m.step }, { "train_loss", numberOrNull(m.trainLoss) },
+            { "validation_loss", numberOrNull(m.validationLoss) },
+            { "validation_accuracy", numberOrNull(m.validationAccuracy) }, { "perplexity", numberOrNull(m.perplexity) },
+            { "seconds", m.seconds }, { "tokens_per_second", m.tokensPerSecond },
+            { "elapsed_seconds", m.elapsedSeconds } });
+    writeFileAtomic(statePath(runDir), j.dump(1) + "\n");
+}
+
+RunState loadState(const std::string& runDir)
+{
+    const std::string path = statePath(runDir);
+    if (!present(path))
+        throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
+    const std::string bytes = text::readFile(path);
+    const nlohmann::json j = parseDocument(bytes, path, "chatbench-state", "not a chatbench state.json");
+    RunState s;
+    try {
+        s.checkpoint = j.at("checkpoint").get<std::string>();
+        s.epoch = j.at("epoch").get<int>();
+        s.batchInEpoch = j.at("batch_in_epoch").get<int64_t>();
+        s.step = j.at("step").get<int64_t>();
+        s.epochLossSum = j.at("epoch_loss_sum").get<double>();
+        s.epochTokens = j.at("epoch_tokens").get<int64_t>();
+        s.epochSeconds = j.value("epoch_seconds", 0.0);
+        s.elapsedSeconds = j.at("elapsed_seconds").get<double>();
+        s.bestValidationLoss = numberOr(j, "best_validation_loss", 0.0);
+        s.haveBest = j.at("have_best").get<bool>();
+        s.badEpochs = j.at("bad_epochs").get<int>();
+        s.finished = j.at("finished").get<bool>();
+        s.corpusFingerprint = j.at("corpus_fingerprint").get<uint64_t>();
+        s.lossScale = j.value("loss_scale", 65536.0);
+        for (const auto& h : j.at("history")) {
+            EpochMetrics m;
+            m.epoch = h.at("epoch").get<int>();
+            m.step = h.at("step").get<int64_t>();
+            m.trainLoss = numberOr(h, "train_loss", NAN);
+            m.validationLoss = numberOr(h, "validation_loss", NAN);
+            m.validationAccuracy = numberOr(h, "validation_accuracy", NAN);
+            m.perplexity = numberOr(h, "perplexity", NAN);
+            m.seconds = h.at("seconds").get<double>();
+            m.tokensPerSecond = h.at("tokens_per_second").get<double>();
+            m.elapsedSeconds = h.at("elapsed_seconds").get<double>();
+            s.history.push_back(m);
+        }
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path, 0, std::string("bad state: ") + e.what());
+    }
+    if (s.checkpoint.find('/') != std::string::npos || s.checkpoint.find("..") != std::string::npos)
+        throw Error(path, 0, "checkpoint name must be a file in the run folder");
+    return s;
+}
+
+void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history)
+{
+    std::ostringstream out;
+    out.precision(8);
+    for (size_t i = 0; i < std::size(kMetricsColumns); ++i)
+        out << (i ? "," : "") << kMetricsColumns[i];
+    out << '\n';
+    for (const auto& m : history)
+        out << m.epoch + 1 << ',' << m.step << ',' << m.trainLoss << ',' << m.validationLoss << ','
+            << m.validationAccuracy << ',' << m.perplexity << ',' << m.seconds << ',' << m.tokensPerSecond << ','
+            << m.elapsedSeconds << '\n';
+    writeFileAtomic((fs::path(runDir) / kMetricsFile).string(), out.str());
+}
+
+std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
+{
+    std::vector<EpochMetrics> out;
+    const fs::path path = fs::path(runDir) / kMetricsFile;
+    if (!present(path))
+        return out;
+    std::string bytes;
+    try {
+        bytes = text::readFile(path.string());
+    } catch (const Error&) {
+        return out;
+    }
+    const auto lines = text::splitLines(bytes);
+    if (lines.empty())
+        return out;
+    auto cells = [](std::string_view line) {
+        std::vector<std::string> c;
+        std::string cell;
+        std::istringstream in { std::string(line) };
+        while (std::getline(in, cell, ','))
+            c.push_back(text::trim(cell));
+        return c;
+    };
+    // Columns by name, so a file with more (or reordered) columns still reads.
+    std::map<std::string, size_t> column;
+    const auto header = cells(lines.front());
+    for (size_t i = 0; i < header.size(); ++i)
+        column[header[i]] = i;
+    for (const char* name : kMetricsColumns)
+        if (!column.count(name))
+            return out;
+    for (size_t n = 1; n < lines.size(); ++n) {
+        const auto c = cells(lines[n]);
+        bool ok = true;
+        auto number = [&](const char* name) {
+            const size_t i = column.at(name);
+            if (i >= c.size() || c[i].empty()) {
+                ok = false;
+                return 0.0;
+            }
+            char* end = nullptr;
+            const double v = std::strtod(c[i].c_str(), &end);
+            if (end == c[i].c_str() || *end != '\0')
+                ok = false;
+            return v;
+        };
+        EpochMetrics m;
+        m.epoch = static_cast<int>(number("epoch")) - 1;
+        m.step = static_cast<int64_t>(number("step"));
+        m.trainLoss = number("train_loss");
+        m.validationLoss = number("validation_loss");
+        m.validationAccuracy = number("validation_accuracy");
+        m.perplexity = number("perplexity");
+        m.seconds = number("seconds");
+        m.tokensPerSecond = number("tokens_per_second");
+        m.elapsedSeconds = number("elapsed_seconds");
+        if (ok && m.epoch >= 0)
+            out.push_back(m);
+    }
+    return out;
+}
+
+bool isRun(const std::string& dir)
+{
+    return present(statePath(dir));
+}
+
+bool holdsRun(const std::string& dir)
+{
+    return present(statePath(dir)) || present(configPath(dir));
+}
+
+TrainConfig loadRunConfig(const std::string& runDir)
+{
+    const std::string path = configPath(runDir);
+    if (!present(path))
+        throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
+    return trainConfigFromJson(text::readFile(path), path);
+}
+
+Corpus loadRunCorpus(const std::string& runDir)
+{
+    const TrainConfig cfg = loadRunConfig(runDir);
+    if (cfg.corpus.empty())
+        throw Error(configPath(runDir), 0, "the run does not name its corpus; give the corpus to resume with");
+    LoadOptions opt;
+    opt.format = cfg.corpusFormat;
+    opt.latin1 = cfg.latin1;
+    try {
+        return loadCorpus(cfg.corpus, opt);
+    } catch (const Error& e) {
+        throw Error(e.file().empty() ? configPath(runDir) : e.file(), e.line(),
+            e.message() + " (the corpus named in " + configPath(runDir) + ")");
+    }
+}
+
+std::vector<RunInfo> listRuns(const std::string& runsDir)
+{
+    std::vector<RunInfo> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(runsDir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code e2;
+        if (!it->is_directory(e2) || !isRun(it->path().string()))
+            continue;
+        RunInfo r;
+        r.dir = it->path().string();
+        r.name = it->path().filename().string();
+        try {
+            r.config = loadRunConfig(r.dir);
+            r.configOk = true;
+        } catch (const Error&) {
+            r.configOk = false;
+        }
+        const auto t = fs::last_write_time(statePath(r.dir), e2);
+        if (!e2)
+            r.modified = std::chrono::duration_cast<std::chrono::seconds>(
+                fs::file_time_type::clock::to_sys(t).time_since_epoch())
+                             .count();
+        out.push_back(std::move(r));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const RunInfo& a, const RunInfo& b) {
+        return a.modified != b.modified ? a.modified > b.modified : a.name > b.name;
+    });
+    return out;
+}
+
+std::string newRunDir(const std::string& runsDir, const std::string& preset)
+{
+    const std::time_t now = std::time(nullptr);
+    std::tm local {};
+    ::localtime_r(&now, &local);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+    const std::string base = std::string(stamp) + "-" + (preset.empty() ? "custom" : preset);
+    fs::path dir = fs::path(runsDir) / base;
+    for (int n = 2; present(dir); ++n)
+        dir = fs::path(runsDir) / (base + "-" + std::to_string(n));
+    return dir.string();
+}
+
+} // namespace chatbench

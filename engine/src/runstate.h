@@ -1,0 +1,44 @@
+#pragma once
+// Run-folder files without Torch (private): the paths, state.json and metrics.csv. The Torch
+// side (ckpt-<step>.pt) is in checkpoint.h.
+
+#include "chatbench/metrics.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chatbench {
+
+// Where training stands; written after the checkpoint it names, so it always points at a
+// complete file. The RNG needs no stored state: every step reseeds from (seed, step).
+struct RunState {
+    int epoch = 0; // epoch in progress (== epochs when done)
+    int64_t batchInEpoch = 0; // batches of `epoch` already done
+    int64_t step = 0; // optimizer steps done
+    double epochLossSum = 0; // token-weighted loss sum of the partial epoch
+    int64_t epochTokens = 0;
+    double epochSeconds = 0; // wall time of the partial epoch
+    double elapsedSeconds = 0; // training wall time so far
+    double bestValidationLoss = 0;
+    bool haveBest = false;
+    int badEpochs = 0; // epochs since the best validation loss
+    bool finished = false;
+    uint64_t corpusFingerprint = 0;
+    double lossScale = 65536.0; // fp16 dynamic loss scale
+    std::string checkpoint; // file name of the matching ckpt-<step>.pt
+    std::vector<EpochMetrics> history;
+};
+
+std::string configPath(const std::string& runDir);
+std::string vocabPath(const std::string& runDir);
+std::string statePath(const std::string& runDir);
+// "ckpt-00000240.pt" for step 240.
+std::string checkpointName(int64_t step);
+
+void saveState(const std::string& runDir, const RunState& state);
+// Throws Error naming state.json when it is missing or malformed.
+RunState loadState(const std::string& runDir);
+void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
+
+} // namespace chatbench

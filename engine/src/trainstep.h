@@ -1,0 +1,46 @@
+#pragma once
+// One optimizer step exactly as training runs it (private: Torch types). The trainer's loop and
+// the benchmark's timed "train_step" and "epoch" units both call trainStep, so what the bench
+// times is what training does: the configured optimizer, clipping, precision and loss scaling.
+
+#include "batches.h"
+#include "chatbench/config.h"
+#include "model.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+
+namespace chatbench {
+
+// The optimizer a config asks for (RMSprop with Keras' defaults for the seed recipe).
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, std::vector<torch::Tensor> params);
+
+// A model, its optimizer and the settings a step needs.
+struct Stepper {
+    Seq2Seq model { nullptr };
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    torch::Device device { torch::kCPU };
+    Precision precision = Precision::FP32;
+    double teacherForcing = 1.0; // probability of feeding the true previous token
+    double clipNorm = 0; // gradient-norm clip; 0 = off
+    double lossScale = 65536.0; // fp16 dynamic loss scale (kept in state.json between calls)
+    int64_t goodSteps = 0; // fp16 steps since the scale last changed
+};
+
+// model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
+Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision);
+
+// Masked cross-entropy summed over the batch's real target tokens; `correct` (when given) gets
+// the argmax hits. Training with teacherForcing < 1 feeds the model's own guesses at random.
+torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teacherForcing, int64_t* correct);
+
+struct StepOutcome {
+    double loss = 0; // mean over the batch's real target tokens
+    double lossSum = 0; // summed over them
+    bool applied = false; // false: fp16 overflow (scale halved) or a non-finite loss; weights unchanged
+};
+// forward, backward, (fp16: unscale and overflow check), clip, optimizer step.
+StepOutcome trainStep(Stepper& s, const Batch& batch);
+
+} // namespace chatbench

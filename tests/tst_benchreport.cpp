@@ -1,0 +1,169 @@
+// The benchmark's Torch-free parts: the FLOP formula against a hand count, the timing harness
+// against a fake device clock, the report schema round trip and bad reports.
+
+#include "chatbench/bench.h"
+#include "chatbench/error.h"
+#include "testutil.h"
+
+#include <cmath>
+
+using namespace chatbench;
+
+class TestBenchReport : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void flopsMatchHandCount();
+    void summaryStatistics();
+    void harnessSynchronisesAndSkipsWarmup();
+    void reportRoundTrip();
+    void badReports_data();
+    void badReports();
+};
+
+void TestBenchReport::flopsMatchHandCount()
+{
+    // LSTM, 2 layers, E=3, H=4, B=5, T=6. Layer 0: 2·4·4·(3+4)·5·6 = 6720; layer 1: 2·4·4·(4+4)·5·6 = 7680.
+    QCOMPARE(lstmFlops(2, 3, 4, 5, 6), 14400.0);
+    ModelConfig m;
+    m.vocabSize = 10;
+    m.embedDim = 3;
+    m.hidden = 4;
+    m.layers = 2;
+    // Encoder over S=7: 2·16·7·35 + 2·16·8·35 = 7840 + 8960 = 16800; decoder over T=6: 14400;
+    // projection 2·H·V·B·T = 2·4·10·5·6 = 2400.
+    QCOMPARE(seq2seqForwardFlops(m, 5, 7, 6), 33600.0);
+    QCOMPARE(seq2seqTrainFlops(m, 5, 7, 6), 100800.0);
+    // Attention adds keys 2·H·H·B·S = 1120, scores + context 2·2·S·H·B·T = 3360, combine 2·2H·H·B·T = 1920.
+    m.attention = true;
+    QCOMPARE(seq2seqForwardFlops(m, 5, 7, 6), 33600.0 + 1120 + 3360 + 1920);
+}
+
+void TestBenchReport::summaryStatistics()
+{
+    const Timing t = summarise({ 5, 1, 4, 2, 3 });
+    QCOMPARE(t.median, 3.0);
+    QCOMPARE(t.min, 1.0);
+    QCOMPARE(t.max, 5.0);
+    QCOMPARE(t.p10, 1.4);
+    QCOMPARE(t.p90, 4.6);
+    QCOMPARE(t.samples.size(), size_t(5));
+    QCOMPARE(summarise({ 2, 4 }).median, 3.0);
+}
+
+void TestBenchReport::harnessSynchronisesAndSkipsWarmup()
+{
+    // A fake device: work only queues time; it lands on the clock when someone synchronises,
+    // like CUDA kernels. The first call is a slow warm-up (1 s), later ones take 0.25 s.
+    double clock = 0, queued = 0;
+    int calls = 0;
+    const BenchClock device { [&] { return clock; },
+        [&] {
+            clock += queued;
+            queued = 0;
+        } };
+    auto work = [&] { queued += calls++ == 0 ? 1.0 : 0.25; };
+    const Timing t = timeRepeated(work, /*warmup=*/1, /*repeats=*/4, device);
+    QCOMPARE(calls, 5);
+    QCOMPARE(t.samples.size(), size_t(4));
+    for (double s : t.samples)
+        QCOMPARE(s, 0.25); // not 0 (no sync after the work), not 1.25 (warm-up leaking in)
+    QCOMPARE(t.median, 0.25);
+
+    // Without a sync the same harness would read 0: the fake really models asynchrony.
+    calls = 1;
+    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
+    QCOMPARE(unsynced.median, 0.0);
+}
+
+void TestBenchReport::reportRoundTrip()
+{
+    BenchReport r;
+    r.created = "2026-01-02T03:04:05Z";
+    r.label = "Test GPU";
+    r.machine.cpuModel = "Test CPU";
+    r.machine.cpuFlags = { "avx2", "fma" };
+    r.machine.cores = 8;
+    r.machine.memoryBytes = 1 << 30;
+    r.machine.gpuName = "Test GPU";
+    r.machine.gpuDriver = "580.1";
+    r.machine.torch = "2.11.0";
+    r.machine.cuda = "13.0.0";
+    r.machine.cudnn = "9.19.0";
+    r.machine.onednn = "v3.10";
+    r.preset = "seed";
+    r.model.vocabSize = 1000;
+    r.corpus = "chatbench";
+    r.corpusPairs = 318;
+    r.gemm = { { "cuda:0", BenchPrecision::FP16, 0, 4096, 512000.5 } };
+    BenchRow row;
+    row.device = "cuda:0";
+    row.precision = BenchPrecision::FP16;
+    row.batch = 64;
+    row.unit = BenchUnit::TrainStep;
+    row.time = summarise({ 0.010, 0.011, 0.012 });
+    row.tokensPerSecond = 123456.5;
+    row.gflops = 2048.25;
+    row.gemmFraction = 0.004;
+    row.peakMemoryBytes = 123456789;
+    row.energyJoules = 1.5;
+    row.energySource = "nvml";
+    r.rows = { row };
+    row.unit = BenchUnit::ReplyLatency;
+    row.energyJoules = -1;
+    row.energySource = "not available";
+    r.rows.push_back(row);
+    r.races = { { "cuda:0", BenchPrecision::FP16, 0, { { 0.5, 5.0, 5.5 }, { 1.0, 4.0, NAN } } } };
+    r.notes = { "cpu fp16: not supported" };
+    const std::string json = toJson(r);
+    const BenchReport back = benchReportFromJson(json, "mem.json");
+    QCOMPARE(toJson(back), json);
+    QCOMPARE(back.rows.size(), size_t(2));
+    QCOMPARE(back.rows[0].time.median, 0.011);
+    QCOMPARE(back.rows[1].energyJoules, -1.0);
+    QVERIFY(std::isnan(back.races[0].points[1].validationLoss));
+    QCOMPARE(back.schemaVersion, BenchReport::kSchemaVersion);
+}
+
+void TestBenchReport::badReports_data()
+{
+    QTest::addColumn<QByteArray>("bytes");
+    QTest::addColumn<long>("line");
+    QTest::addColumn<QString>("fragment");
+    QTest::newRow("syntax") << QByteArray("{\n \"format\": \"chatbench-bench\",\n \"rows\": [,]\n}") << 3L << "JSON";
+    QTest::newRow("other-format") << QByteArray("{\"format\": \"chatbench-config\"}") << 1L
+                                  << "not a chatbench benchmark";
+    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 0L
+                                  << "schema version 99";
+    QTest::newRow("missing") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 1}") << 0L
+                             << "bad benchmark report";
+    QTest::newRow("unknown-unit") << QByteArray(
+        "{\"format\": \"chatbench-bench\", \"schema_version\": 1, \"machine\": {},"
+        " \"model\": {\"vocab_size\": 1, \"embed_dim\": 1, \"hidden\": 1, \"layers\": 1},"
+        " \"corpus\": {}, \"gemm\": [], \"rows\": [{\"device\": \"cpu\", \"precision\":"
+        " \"fp32\", \"threads\": 1, \"batch\": 1, \"unit\": \"fortnight\"}]}")
+                                  << 0L << "unknown unit 'fortnight'";
+    QTest::newRow("unknown-precision") << QByteArray(
+        "{\"format\": \"chatbench-bench\", \"schema_version\": 1, \"machine\": {},"
+        " \"model\": {\"vocab_size\": 1, \"embed_dim\": 1, \"hidden\": 1, \"layers\": 1},"
+        " \"corpus\": {}, \"gemm\": [{\"device\": \"cpu\", \"precision\": \"fp8\", \"n\": 1, \"gflops\": 1}],"
+        " \"rows\": []}") << 0L << "unknown precision 'fp8'";
+}
+
+void TestBenchReport::badReports()
+{
+    QFETCH(QByteArray, bytes);
+    QFETCH(long, line);
+    QFETCH(QString, fragment);
+    try {
+        benchReportFromJson(bytes.toStdString(), "r.json");
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), std::string("r.json"));
+        QCOMPARE(e.line(), line);
+        QVERIFY2(QString(e.what()).contains(fragment), e.what());
+    }
+}
+
+QTEST_GUILESS_MAIN(TestBenchReport)
+#include "tst_benchreport.moc"

@@ -1,0 +1,273 @@
+// The Torch-free owners: the names of every enum, the run folder's files (written and read by the
+// engine alone), and corpus statistics against counts made by hand.
+
+#include "chatbench/config.h"
+#include "chatbench/corpusstats.h"
+#include "chatbench/error.h"
+#include "chatbench/names.h"
+#include "chatbench/runs.h"
+#include "runstate.h"
+#include "testutil.h"
+
+#include <QFile>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+using namespace chatbench;
+
+class TestRuns : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void namesRoundTrip();
+    void durations_data();
+    void durations();
+    void metricsRoundTrip();
+    void historyToleratesBadRows();
+    void stateRoundTrip();
+    void listsOnlyRunsNewestFirst();
+    void newRunDirIsFresh();
+    void runCorpusErrorsNameTheConfig();
+    void corpusStatsByHand();
+};
+
+namespace {
+template <typename E, typename Name, typename Parse>
+void roundTrip(const std::vector<std::string>& names, Name name, Parse parse)
+{
+    QVERIFY(!names.empty());
+    for (const auto& n : names) {
+        const std::optional<E> v = parse(n);
+        QVERIFY2(v.has_value(), n.c_str());
+        QCOMPARE(name(*v), n);
+    }
+    QVERIFY(!parse("no-such-name").has_value());
+    QVERIFY(!parse("").has_value());
+}
+} // namespace
+
+void TestRuns::namesRoundTrip()
+{
+    roundTrip<CorpusFormat>(formatNames(), formatName, parseFormat);
+    roundTrip<TokenizerMode>(tokenizerModeNames(), tokenizerModeName, parseTokenizerMode);
+    roundTrip<OptimizerKind>(optimizerNames(), optimizerName, parseOptimizer);
+    roundTrip<Precision>(precisionNames(), precisionName, parsePrecision);
+    roundTrip<DecodeMethod>(decodeMethodNames(), decodeMethodName, parseDecodeMethod);
+    roundTrip<HandoffMode>(handoffModeNames(), handoffModeName, parseHandoffMode);
+    roundTrip<BenchPrecision>(benchPrecisionNames(), benchPrecisionName, parseBenchPrecision);
+    roundTrip<BenchUnit>(benchUnitNames(), benchUnitName, parseBenchUnit);
+    // The spellings users and files rely on.
+    QCOMPARE(formatNames(), (std::vector<std::string> { "auto", "yaml", "tsv", "jsonl", "cornell", "dialog" }));
+    QCOMPARE(tokenizerModeName(TokenizerMode::Punctuation), std::string("punct"));
+    QCOMPARE(benchUnitName(BenchUnit::ReplyLatency), std::string("reply_latency"));
+    QCOMPARE(trainingPrecision(BenchPrecision::TF32), Precision::FP32);
+    QCOMPARE(trainingPrecision(BenchPrecision::BF16), Precision::BF16);
+    QCOMPARE(trainStatusWord(TrainStatus::EarlyStopped), std::string("stopped early"));
+    QCOMPARE(joinNames({ "a", "b", "c" }), std::string("a, b or c"));
+    QCOMPARE(joinNames({ "a" }), std::string("a"));
+    for (const auto& p : presetNames())
+        QVERIFY(!presetDescription(p).empty());
+}
+
+void TestRuns::durations_data()
+{
+    QTest::addColumn<double>("seconds");
+    QTest::addColumn<QString>("text");
+    QTest::newRow("zero") << 0.0 << "0s";
+    QTest::newRow("rounds") << 59.4 << "59s";
+    QTest::newRow("minute") << 59.6 << "1m00s";
+    QTest::newRow("minutes") << 275.0 << "4m35s";
+    QTest::newRow("hours") << 7620.0 << "2h07m";
+    QTest::newRow("negative") << -1.0 << "?";
+    QTest::newRow("nan") << double(NAN) << "?";
+    QTest::newRow("inf") << double(INFINITY) << "?";
+}
+
+void TestRuns::durations()
+{
+    QFETCH(double, seconds);
+    QFETCH(QString, text);
+    QCOMPARE(QString::fromStdString(formatDuration(seconds)), text);
+}
+
+void TestRuns::metricsRoundTrip()
+{
+    QTemporaryDir dir;
+    std::vector<EpochMetrics> h;
+    for (int e = 0; e < 3; ++e) {
+        EpochMetrics m;
+        m.epoch = e;
+        m.step = 10 * (e + 1);
+        m.trainLoss = 5.0 - e;
+        m.validationLoss = e == 1 ? NAN : 6.0 - e; // no validation that epoch
+        m.validationAccuracy = 0.1 * e;
+        m.perplexity = std::exp(m.trainLoss);
+        m.seconds = 1.25;
+        m.tokensPerSecond = 1000.5;
+        m.elapsedSeconds = 1.25 * (e + 1);
+        h.push_back(m);
+    }
+    writeMetricsCsv(dir.path().toStdString(), h);
+    const auto back = readRunHistory(dir.path().toStdString());
+    QCOMPARE(back.size(), h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+        QCOMPARE(back[i].epoch, h[i].epoch);
+        QCOMPARE(back[i].step, h[i].step);
+        QCOMPARE(back[i].trainLoss, h[i].trainLoss);
+        QCOMPARE(std::isnan(back[i].validationLoss), std::isnan(h[i].validationLoss));
+        QCOMPARE(back[i].elapsedSeconds, h[i].elapsedSeconds);
+        QCOMPARE(back[i].tokensPerSecond, h[i].tokensPerSecond);
+    }
+    QVERIFY(readRunHistory(dir.filePath("missing").toStdString()).empty());
+}
+
+void TestRuns::historyToleratesBadRows()
+{
+    QTemporaryDir dir;
+    // Columns in another order plus an unknown one; a short row, a word and an empty cell skipped.
+    testutil::writeFile(dir, "metrics.csv",
+        "step,epoch,extra,train_loss,validation_loss,validation_accuracy,perplexity,seconds,tokens_per_second,"
+        "elapsed_seconds\n"
+        "9,1,x,4.5,nan,0.5,90,1,100,1\n"
+        "18,2\n"
+        "27,3,x,abc,4,0.5,90,1,100,3\n"
+        "36,4,x,3.5,-nan,0.5,,1,100,4\n"
+        "45,5,x,3.0,3.9,0.6,49,1,100,5\n");
+    const auto h = readRunHistory(dir.path().toStdString());
+    QCOMPARE(h.size(), size_t(2));
+    QCOMPARE(h[0].epoch, 0);
+    QCOMPARE(h[0].step, int64_t(9));
+    QVERIFY(std::isnan(h[0].validationLoss));
+    QCOMPARE(h[1].epoch, 4);
+    QCOMPARE(h[1].validationLoss, 3.9);
+    // A header without the needed columns: nothing, not garbage.
+    testutil::writeFile(dir, "metrics.csv", "a,b,c\n1,2,3\n");
+    QVERIFY(readRunHistory(dir.path().toStdString()).empty());
+}
+
+void TestRuns::stateRoundTrip()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    QVERIFY(!isRun(run));
+    QVERIFY(!holdsRun(run));
+    RunState s;
+    s.epoch = 2;
+    s.batchInEpoch = 3;
+    s.step = 21;
+    s.checkpoint = checkpointName(21);
+    s.haveBest = true;
+    s.bestValidationLoss = 3.5;
+    EpochMetrics m;
+    m.epoch = 1;
+    m.trainLoss = NAN;
+    s.history = { m };
+    saveState(run, s);
+    QVERIFY(isRun(run));
+    QVERIFY(holdsRun(run));
+    const RunState back = loadState(run);
+    QCOMPARE(back.checkpoint, std::string("ckpt-00000021.pt"));
+    QCOMPARE(back.step, int64_t(21));
+    QCOMPARE(back.batchInEpoch, int64_t(3));
+    QCOMPARE(back.bestValidationLoss, 3.5);
+    QCOMPARE(back.history.size(), size_t(1));
+    QVERIFY(std::isnan(back.history[0].trainLoss));
+}
+
+void TestRuns::listsOnlyRunsNewestFirst()
+{
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    auto makeRun = [&](const std::string& name) {
+        const std::string run = root + "/" + name;
+        std::filesystem::create_directories(run);
+        RunState s;
+        s.checkpoint = checkpointName(0);
+        saveState(run, s);
+        return run;
+    };
+    makeRun("older");
+    std::filesystem::create_directories(root + "/not-a-run");
+    testutil::writeFile(dir, "half/config.json", "{}"); // a run that never checkpointed
+    const std::string newer = makeRun("newer");
+    // Newer by the clock of the file system, whatever its granularity.
+    std::filesystem::last_write_time(
+        newer + "/state.json", std::filesystem::last_write_time(root + "/older/state.json") + std::chrono::seconds(5));
+    const auto runs = listRuns(root);
+    QCOMPARE(runs.size(), size_t(2));
+    QCOMPARE(runs[0].name, std::string("newer"));
+    QCOMPARE(runs[1].name, std::string("older"));
+    QVERIFY(!runs[0].configOk); // no config.json in these hand-made runs
+    QVERIFY(holdsRun(root + "/half"));
+    QVERIFY(!isRun(root + "/half"));
+    QVERIFY(listRuns(root + "/missing").empty());
+}
+
+void TestRuns::newRunDirIsFresh()
+{
+    QTemporaryDir dir;
+    const std::string a = newRunDir(dir.path().toStdString(), "seed");
+    QVERIFY(QString::fromStdString(a).endsWith("-seed"));
+    std::filesystem::create_directories(a);
+    const std::string b = newRunDir(dir.path().toStdString(), "seed");
+    QVERIFY(a != b);
+    QVERIFY(!std::filesystem::exists(b));
+}
+
+void TestRuns::runCorpusErrorsNameTheConfig()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    try {
+        loadRunCorpus(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("config.json"), e.what());
+    }
+    TrainConfig cfg = preset("quick");
+    cfg.model.vocabSize = 10;
+    cfg.corpus = dir.filePath("gone.yml").toStdString();
+    testutil::writeFile(dir, "run/config.json", QByteArray::fromStdString(toJson(cfg)));
+    try {
+        loadRunCorpus(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("gone.yml") && QString(e.what()).contains("config.json"), e.what());
+    }
+    testutil::writeFile(dir, "gone.yml", "conversations:\n- - hello there\n  - hi\n");
+    const Corpus c = loadRunCorpus(run);
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.path, cfg.corpus);
+}
+
+void TestRuns::corpusStatsByHand()
+{
+    Corpus c;
+    c.format = CorpusFormat::Tsv;
+    c.files = { "a.tsv" };
+    c.warnings = { "a.tsv:3: skipped" };
+    // Prompts of 1, 2, 3 words; responses of 2, 2, 4 words (Keras tokenizer: punctuation is dropped).
+    c.pairs = { { "hi", "hello there", "a.tsv", 1 }, { "how are", "fine thanks!", "a.tsv", 2 },
+        { "what is this", "a small test corpus", "a.tsv", 4 } };
+    const CorpusStats s = corpusStats(c, {});
+    QCOMPARE(s.pairs, int64_t(3));
+    QCOMPARE(s.files, int64_t(1));
+    QCOMPARE(s.format, CorpusFormat::Tsv);
+    QCOMPARE(s.maxPromptWords, int64_t(3));
+    QCOMPARE(s.maxResponseWords, int64_t(4));
+    QCOMPARE(s.meanPromptWords, 2.0);
+    QCOMPARE(s.meanResponseWords, 8.0 / 3.0);
+    QCOMPARE(s.promptLengths, (std::vector<int64_t> { 0, 1, 1, 1 }));
+    QCOMPARE(s.responseLengths, (std::vector<int64_t> { 0, 0, 2, 0, 1 }));
+    QCOMPARE(s.warnings, c.warnings);
+    QVERIFY(s.vocabulary > 4 && s.vocabulary <= 4 + 13);
+    QVERIFY(s.validationOovRate >= 0 && s.validationOovRate <= 1);
+    const QString text = QString::fromStdString(describe(s, "a.tsv"));
+    QVERIFY(text.contains("pairs        3"));
+    QVERIFY(text.contains("warning      a.tsv:3: skipped"));
+}
+
+QTEST_GUILESS_MAIN(TestRuns)
+#include "tst_runs.moc"
