@@ -74,6 +74,7 @@ private Q_SLOTS:
     void brokenHandoffIsCaught();
     void batchedRepliesIgnorePadding();
     void decodingMethods();
+    void untracedReplyMatchesTraced();
     void checkpointReloadsToSameReplies();
     void runFolderLayout();
     void resumeEqualsUninterruptedRun();
@@ -190,6 +191,40 @@ void TestTraining::batchedRepliesIgnorePadding()
     const auto b = bot.replyBatch({ "what does the forget gate do", "hello" });
     QCOMPARE(a[0].text, std::string("hi there"));
     QCOMPARE(b[1].text, std::string("hi there"));
+}
+
+void TestTraining::untracedReplyMatchesTraced()
+{
+    // The fast batch-1 path (fused weights, no modules, no trace) against the traced decoder, on
+    // the trained 1-layer model and on a freshly trained 2-layer one.
+    QTemporaryDir dir;
+    TrainConfig deep = smallConfig();
+    deep.model.layers = 2;
+    deep.model.embedDim = 16;
+    deep.model.hidden = 24;
+    deep.epochs = 5;
+    const std::string deepRun = dir.filePath("deep").toStdString();
+    train(deep, smallCorpus(), deepRun);
+    for (const std::string& run : { m_run, deepRun }) {
+        const Chatbot bot = Chatbot::load(run);
+        DecodeOptions traced, untraced;
+        untraced.trace = false;
+        std::vector<std::string> prompts = { "zebra crossing quickly", "hello hello hello" };
+        for (const auto& [p, r] : kDialog)
+            prompts.push_back(p);
+        for (const auto& p : prompts) {
+            const Reply a = bot.reply(p, traced);
+            const Reply b = bot.reply(p, untraced);
+            QCOMPARE(b.ids, a.ids);
+            QCOMPARE(b.text, a.text);
+            QVERIFY2(std::abs(a.score - b.score) < 1e-4, p.c_str());
+            QVERIFY(b.trace.steps.empty()); // nothing traced ...
+            QCOMPARE(b.trace.unknownWords, a.trace.unknownWords); // ... but the input is still shown
+        }
+        DecodeOptions shortReply = untraced;
+        shortReply.maxLength = 1;
+        QVERIFY(bot.reply("how are you", shortReply).ids.size() <= 1);
+    }
 }
 
 void TestTraining::decodingMethods()

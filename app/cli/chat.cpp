@@ -40,6 +40,7 @@ DecodeOptions decodeOptions(const ChatArgs& a)
     o.seed = a.seed;
     o.maxLength = a.maxLength;
     o.handoff = *parseHandoffMode(a.handoff);
+    o.trace = a.json || a.checks; // only then is the trace shown
     return o;
 }
 

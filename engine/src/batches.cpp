@@ -63,8 +63,10 @@ std::vector<std::vector<size_t>> planBatches(
                 idx.begin() + static_cast<long>(start), idx.begin() + static_cast<long>(end), [&](size_t a, size_t b) {
                     const auto& ea = examples[a];
                     const auto& eb = examples[b];
-                    return ea.source.size() != eb.source.size() ? ea.source.size() < eb.source.size()
-                                                                : ea.target.size() < eb.target.size();
+                    // Responses first: the decoder and the projection to the vocabulary run over
+                    // the padded response length and cost most; the packed encoder skips padding.
+                    return ea.target.size() != eb.target.size() ? ea.target.size() < eb.target.size()
+                                                                : ea.source.size() < eb.source.size();
                 });
         }
     }

@@ -25,7 +25,8 @@ std::vector<Example> makeExamples(
     const std::vector<Pair>& pairs, const Tokenizer& tok, const ModelConfig& cfg, int64_t* skipped = nullptr);
 
 // Index lists, one per batch. With bucketing, pairs are shuffled, cut into pools of 50 batches,
-// each pool sorted by length and cut into batches, and the batch order shuffled; without it,
+// each pool sorted by response length (then prompt length) and cut into batches, and the batch
+// order shuffled; without it,
 // a plain shuffle. The same seed gives the same plan.
 std::vector<std::vector<size_t>> planBatches(
     const std::vector<Example>& examples, int batchSize, bool bucketing, uint64_t seed);

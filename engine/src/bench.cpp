@@ -5,6 +5,7 @@
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
+#include "fastdecode.h"
 #include "model.h"
 #include "torchutil.h"
 #include "trainstep.h"
@@ -26,15 +27,21 @@ double steadySeconds()
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// FLOPs of one padded batch: the packed encoder over the real source tokens, everything else
-// over the padded shape; `steps` decoder steps; ×3 when training.
+// Useful FLOPs of one batch: the encoder over the real source tokens, the decoder and projection
+// (and attention) over the real target tokens when training, over B × `steps` when replying
+// (every step of a reply is real work). Padding is never counted, so skipping it is no "speed".
+// ×3 when training.
 double batchFlops(const ModelConfig& m, const Batch& b, int64_t steps, bool training)
 {
     const int64_t B = b.source.size(0), S = b.source.size(1);
     const int64_t sourceTokens = b.lengths.sum().item<int64_t>();
-    // Decoder + projection (+ attention) over the padded batch, minus its encoder term ...
-    double f = seq2seqForwardFlops(m, B, S, steps) - lstmFlops(m.layers, m.embedDim, m.hidden, B, S);
-    // ... plus the encoder over the real tokens only.
+    const int64_t targetTokens = training ? b.tokens : B * steps;
+    // The per-target-token terms for one sequence of targetTokens steps ...
+    double f = seq2seqForwardFlops(m, 1, S, targetTokens) - lstmFlops(m.layers, m.embedDim, m.hidden, 1, S);
+    // ... with attention's keys over every real source token of the batch, not one row's S ...
+    if (m.attention)
+        f += 2.0 * m.hidden * m.hidden * static_cast<double>(sourceTokens - S);
+    // ... plus the encoder over the real source tokens.
     f += lstmFlops(m.layers, m.embedDim, m.hidden, 1, sourceTokens);
     return training ? 3.0 * f : f;
 }
@@ -54,6 +61,7 @@ public:
         : m_threads(torch::get_num_threads())
         , m_deterministic(at::globalContext().deterministicAlgorithms())
         , m_warnOnly(at::globalContext().deterministicAlgorithmsWarnOnly())
+        , m_fill(at::globalContext().deterministicFillUninitializedMemory())
         , m_tf32(at::globalContext().allowTF32CuBLAS())
     {
     }
@@ -61,6 +69,7 @@ public:
     {
         torch::set_num_threads(m_threads);
         at::globalContext().setDeterministicAlgorithms(m_deterministic, m_warnOnly);
+        at::globalContext().setDeterministicFillUninitializedMemory(m_fill);
         at::globalContext().setAllowTF32CuBLAS(m_tf32);
     }
     SettingsGuard(const SettingsGuard&) = delete;
@@ -71,6 +80,7 @@ private:
     int m_threads;
     bool m_deterministic;
     bool m_warnOnly;
+    bool m_fill;
     bool m_tf32;
 };
 
@@ -204,8 +214,19 @@ struct Bench {
             Batch b = collate(examples, pick(B), dev);
             BenchRow r
                 = row(dev, precision, usedThreads, B, B == 1 ? BenchUnit::ReplyLatency : BenchUnit::ReplyThroughput);
-            r.time = measure(
-                dev, [&] { reply(b); }, cfg.warmup, cfg.repeats, r);
+            // A lone question on the CPU in fp32 takes the engine's untraced batch-1 path, as
+            // Chatbot::reply does with DecodeOptions::trace off.
+            if (B == 1 && dev.is_cpu() && p == Precision::FP32 && !train.model.attention) {
+                model->eval();
+                const FastGreedy fast(*model);
+                const std::vector<int64_t>& source = examples[pick(1).front()].source;
+                r.time = measure(
+                    dev, [&] { (void)fast.reply(source, cfg.replyLength, /*stopAtEnd=*/false); }, cfg.warmup,
+                    cfg.repeats, r);
+            } else {
+                r.time = measure(
+                    dev, [&] { reply(b); }, cfg.warmup, cfg.repeats, r);
+            }
             r.tokensPerSecond = static_cast<double>(B) * cfg.replyLength / r.time.median;
             r.gflops = batchFlops(train.model, b, cfg.replyLength, false) / r.time.median / 1e9;
             emit(r, ceiling);
@@ -363,7 +384,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     {
         // Time the work as training runs it: with the preset's determinism setting.
         const SettingsGuard settings;
-        at::globalContext().setDeterministicAlgorithms(bench.train.deterministic, /*warn_only=*/true);
+        setDeterminism(bench.train.deterministic);
         for (const auto& c : combos) {
             if (bench.cancelled())
                 break;

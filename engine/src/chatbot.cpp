@@ -4,6 +4,7 @@
 #include "chatbench/error.h"
 #include "chatbench/runs.h"
 #include "checkpoint.h"
+#include "fastdecode.h"
 #include "model.h"
 #include "snapshot.h"
 #include "torchutil.h"
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -26,6 +28,9 @@ struct Chatbot::Impl {
     torch::Device device { torch::kCPU };
     std::string note;
     int64_t step = 0;
+    // The untraced greedy path, built on first use (the weights never change after load).
+    std::once_flag fastOnce;
+    std::unique_ptr<FastGreedy> fast;
 };
 
 Chatbot::Chatbot(std::shared_ptr<Impl> impl)
@@ -266,6 +271,16 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     tr.hidden = I.cfg.model.hidden;
     tr.layers = I.cfg.model.layers;
 
+    const int limit = I.cfg.model.maxTargetLength - 1;
+    if (!opt.trace && opt.method == DecodeMethod::Greedy && opt.handoff == HandoffMode::Correct
+        && !I.cfg.model.attention && I.device.is_cpu()) {
+        std::call_once(I.fastOnce, [&] { I.fast = std::make_unique<FastGreedy>(*I.model); });
+        r.ids = I.fast->reply(
+            tr.inputIds, opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit, /*stopAtEnd=*/true, &r.score);
+        r.text = I.tok.decode(r.ids);
+        return r;
+    }
+
     auto src = torch::tensor(tr.inputIds, dev).unsqueeze(0); // (1, S)
     auto len = torch::tensor({ static_cast<int64_t>(tr.inputIds.size()) }, torch::kInt64); // (1)
     const EncoderOutput enc = I.model->encode(src, len);
@@ -279,7 +294,6 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     const auto c0 = zero ? torch::zeros_like(enc.c) : enc.c.clone();
     tr.decoderInitial = layerStates(h0, c0, 0);
 
-    const int limit = I.cfg.model.maxTargetLength - 1;
     const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
     std::vector<int64_t> forced;
     if (opt.method == DecodeMethod::Beam)

@@ -46,6 +46,14 @@ EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor&
 DecoderOutput Seq2SeqImpl::decode(
     const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
 {
+    DecoderOutput dec = decodeHidden(input, h0, c0, enc);
+    dec.logits = output(dec.top); // (B, T, V)
+    return dec;
+}
+
+DecoderOutput Seq2SeqImpl::decodeHidden(
+    const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
+{
     DecoderOutput dec;
     auto x = dropout(decoderEmbedding(input)); // (B, T, E)
     auto [out, state] = decoder->forward(x, std::make_tuple(h0, c0)); // out (B, T, H)
@@ -61,7 +69,7 @@ DecoderOutput Seq2SeqImpl::decode(
         top = torch::tanh(
             attentionCombine(torch::cat({ out, context.to(out.scalar_type()) }, /*dim=*/-1))); // (B, T, H)
     }
-    dec.logits = output(dropout(top)); // (B, T, V)
+    dec.top = dropout(top); // (B, T, H)
     return dec;
 }
 

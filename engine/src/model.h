@@ -20,7 +20,8 @@ struct EncoderOutput {
 };
 
 struct DecoderOutput {
-    torch::Tensor logits; // (B, T, V)
+    torch::Tensor logits; // (B, T, V); undefined from decodeHidden
+    torch::Tensor top; // (B, T, H) what the output projection reads (after dropout)
     torch::Tensor h; // (L, B, H) state after the last step
     torch::Tensor c; // (L, B, H)
     torch::Tensor attention; // (B, T, S) when attention is on, else undefined
@@ -34,6 +35,9 @@ public:
     EncoderOutput encode(const torch::Tensor& src, const torch::Tensor& lengths);
     // Teacher-forced (or one-step, T = 1) decoding from (h0, c0), each (L, B, H).
     DecoderOutput decode(
+        const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
+    // The same without the output projection: training projects only the real target tokens.
+    DecoderOutput decodeHidden(
         const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
 
     const ModelConfig& config() const { return m_cfg; }

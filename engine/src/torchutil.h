@@ -26,6 +26,9 @@ private:
     c10::ScalarType m_oldType = c10::ScalarType::Float;
 };
 
+// Deterministic algorithms on or off for this process (cuDNN, cuBLAS workspace included).
+void setDeterminism(bool deterministic);
+
 // A tensor's values as a flat float vector (copied to the CPU).
 std::vector<float> toVector(const torch::Tensor& t);
 // Largest absolute element-wise difference.

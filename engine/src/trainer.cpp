@@ -92,13 +92,7 @@ void log(const TrainCallbacks& cb, const std::string& msg)
 void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
 {
     setThreads(s.cfg.threads);
-    if (s.cfg.deterministic) {
-        // cuBLAS needs a fixed workspace to be deterministic; it reads this when CUDA starts.
-        ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-        at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-        at::globalContext().setDeterministicCuDNN(true);
-        at::globalContext().setBenchmarkCuDNN(false);
-    }
+    setDeterminism(s.cfg.deterministic);
     const ResolvedDevice r = resolveDevice(s.cfg.device, s.cfg.precision);
     if (!r.note.empty())
         log(cb, r.note);

@@ -2,9 +2,14 @@
 
 #include "chatbench/error.h"
 #include "chatbench/tokenizer.h"
+#include "kernels.h"
 #include "torchutil.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace chatbench {
 
@@ -41,10 +46,22 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
 {
     AutocastScope autocast(s.device, s.precision);
     EncoderOutput enc = s.model->encode(batch.source, batch.lengths);
-    torch::Tensor logits; // (B, T, V)
     if (!training || teacherForcing >= 1.0) {
-        logits = s.model->decode(batch.input, enc.h, enc.c, enc).logits;
-    } else {
+        // Teacher forced: project and score only the real target tokens. With buckets of mixed
+        // response lengths about half the (B, T) positions are padding, and the projection to the
+        // vocabulary is the largest matrix product of the step.
+        auto top = s.model->decodeHidden(batch.input, enc.h, enc.c, enc).top; // (B, T, H)
+        auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1); // (N) real positions
+        auto hidden = top.reshape({ -1, top.size(-1) }).index_select(0, rows); // (N, H)
+        auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
+        auto logits = s.model->output(hidden).to(torch::kFloat32); // (N, V)
+        if (correct)
+            *correct = (logits.argmax(-1) == target).sum().item<int64_t>();
+        return torch::nn::functional::cross_entropy(
+            logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    }
+    torch::Tensor logits; // (B, T, V)
+    {
         // Scheduled sampling: each step feeds the true token with probability `teacherForcing`,
         // otherwise the model's own previous choice.
         const int64_t T = batch.input.size(1);
@@ -77,6 +94,70 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(Tokenizer::kPad).reduction(torch::kSum));
 }
 
+namespace {
+
+// Gradient-norm clipping and RMSprop in two passes over the parameters instead of about ten:
+// one pass sums the squared gradients, one updates every element (square average, step) with
+// the clip factor folded in. Same maths and the same optimizer state (so checkpoints are
+// unchanged); false when the optimizer or a tensor is not the plain CPU fp32 case it handles.
+bool fusedClipRmsprop(Stepper& s)
+{
+    auto* rms = dynamic_cast<torch::optim::RMSprop*>(s.optimizer.get());
+    if (!rms || rms->param_groups().size() != 1)
+        return false;
+    auto& group = rms->param_groups().front();
+    const auto& o = static_cast<const torch::optim::RMSpropOptions&>(group.options());
+    if (o.weight_decay() != 0 || o.momentum() != 0 || o.centered())
+        return false;
+    std::vector<torch::Tensor> params;
+    for (const auto& p : group.params()) {
+        if (!p.grad().defined())
+            continue;
+        if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous()
+            || !p.grad().is_contiguous() || p.grad().scalar_type() != torch::kFloat32)
+            return false;
+        params.push_back(p);
+    }
+    // Clip factor, as clip_grad_norm_ computes it.
+    double coef = 1.0;
+    if (s.clipNorm > 0) {
+        double sumsq = 0;
+        for (const auto& p : params)
+            sumsq += at::parallel_reduce(
+                0, p.grad().numel(), 65536, 0.0,
+                [&](int64_t begin, int64_t end, double acc) {
+                    return acc + kernels::sumSquares(p.grad().data_ptr<float>() + begin, end - begin);
+                },
+                std::plus<double>());
+        const double norm = std::sqrt(sumsq);
+        coef = std::min(1.0, s.clipNorm / (norm + 1e-6));
+    }
+    const float alpha = static_cast<float>(o.alpha()), eps = static_cast<float>(o.eps());
+    const float lr = static_cast<float>(o.lr()), scale = static_cast<float>(coef);
+    auto& state = rms->state();
+    for (auto& p : params) {
+        auto key = p.unsafeGetTensorImpl();
+        auto it = state.find(key);
+        if (it == state.end()) {
+            auto fresh = std::make_unique<torch::optim::RMSpropParamState>();
+            fresh->step(0);
+            fresh->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            it = state.emplace(key, std::move(fresh)).first;
+        }
+        auto& st = static_cast<torch::optim::RMSpropParamState&>(*it->second);
+        st.step(st.step() + 1);
+        float* w = p.data_ptr<float>();
+        const float* g = p.grad().data_ptr<float>();
+        float* sa = st.square_avg().data_ptr<float>();
+        at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
+            kernels::rmspropUpdate(w + begin, g + begin, sa + begin, end - begin, alpha, eps, lr, scale);
+        });
+    }
+    return true;
+}
+
+} // namespace
+
 StepOutcome trainStep(Stepper& s, const Batch& batch)
 {
     const bool scaleLoss = s.precision == Precision::FP16;
@@ -107,7 +188,7 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
     out.lossSum = sum.item<double>();
     if (!std::isfinite(out.loss) && !scaleLoss)
         out.applied = false; // the caller decides: training stops with an error naming the step
-    if (out.applied) {
+    if (out.applied && !fusedClipRmsprop(s)) {
         if (s.clipNorm > 0)
             torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.clipNorm);
         s.optimizer->step();

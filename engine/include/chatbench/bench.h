@@ -17,9 +17,9 @@
 // 2·4H·(I+H)·B FLOPs per step for B sequences; the output projection 2·H·V·B per decoder step
 // With attention add, per decoder step, 2·2·S·H·B (scores and context over S source steps) and
 // 2·2H·H·B (the combine layer), and once per source step 2·H·H·B (the key projection).
-// A training step counts 3× the forward (forward + backward ≈ 2× forward). The encoder runs on
-// packed sequences, so the benchmark counts its real source tokens; the decoder, projection and
-// attention run over the padded batch and are counted that way.
+// A training step counts 3× the forward (forward + backward ≈ 2× forward). Only useful work is
+// counted: the encoder over the real source tokens, the decoder, projection and attention over
+// the real target tokens (a reply's every step is real), so skipping padding is not "speed".
 
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"

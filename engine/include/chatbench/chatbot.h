@@ -34,6 +34,9 @@ struct DecodeOptions {
     int traceTopK = 5; // top-k entries recorded per decoder step
     HandoffMode handoff = HandoffMode::Correct;
     bool recordLogits = false; // keep every step's full logits in the trace (for device parity checks)
+    // false: a greedy reply with the correct handoff on the CPU skips the state trace and its
+    // checks (only the input words are kept) and takes the fast batch-1 path; other requests trace anyway.
+    bool trace = true;
 };
 
 struct LayerState {

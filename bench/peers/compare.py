@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Side by side: chatbench, the PyTorch-Python peer and (with --keras) the Keras recipe, training the
+seed preset on one corpus on this machine, interleaved round by round so drift and noise hit all
+of them alike. Prints the table of docs/performance.md and writes the figures as JSON; each
+peer's own `chatbench-bench` report lands next to it for the Compare view.
+
+Epoch time = training + validation of one epoch (the first epoch of every run is warm-up and not
+counted); loss = the last epoch's training loss per real target token.
+"""
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def run(cmd, env=None):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout, time.perf_counter() - t0
+
+
+def chatbench_run(cli, corpus, epochs, threads, scratch, extra):
+    folder = tempfile.mkdtemp(dir=scratch)
+    shutil.rmtree(folder)
+    cmd = [cli, "train", "--preset", "seed", "--corpus", corpus, "--run", folder, "--epochs", str(epochs),
+           "--quiet", "--threads", str(threads)] + extra
+    out, _ = run(cmd)
+    with open(os.path.join(folder, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    peak = None
+    return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), peak
+
+
+def peer_run(python, script, corpus, epochs, threads, report):
+    out, _ = run([python, script, "--corpus", corpus, "--epochs", str(epochs), "--threads", str(threads),
+                  "--out", report])
+    with open(report) as f:
+        r = json.load(f)
+    points = r["races"][0]["points"]
+    times = [points[0]["seconds"]] + [b["seconds"] - a["seconds"] for a, b in zip(points, points[1:])]
+    return times, points[-1]["loss"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", required=True, help="a chatterbot YAML file or folder")
+    ap.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is not timed)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "app", "chatbench-cli"))
+    ap.add_argument("--python", default=sys.executable, help="python with the torch chatbench links")
+    ap.add_argument("--keras", default="", help="python of a virtual environment with TensorFlow (empty: skip)")
+    ap.add_argument("--out", default="peers.json")
+    a = ap.parse_args()
+
+    scratch = tempfile.mkdtemp(prefix="chatbench-peers-")
+    outdir = os.path.dirname(os.path.abspath(a.out))
+    tools = {"chatbench": [], "chatbench --nondeterministic": [], "PyTorch-Python": []}
+    if a.keras:
+        tools["Keras"] = []
+    losses = {k: [] for k in tools}
+    for r in range(a.rounds):
+        for name in tools:
+            if name.startswith("chatbench"):
+                extra = ["--nondeterministic"] if "nondet" in name else []
+                times, loss, _ = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
+            elif name == "PyTorch-Python":
+                times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), a.corpus, a.epochs,
+                                       a.threads, os.path.join(outdir, "peer-pytorch.json"))
+            else:
+                times, loss = peer_run(a.keras, os.path.join(HERE, "keras_peer.py"), a.corpus, a.epochs, a.threads,
+                                       os.path.join(outdir, "peer-keras.json"))
+            tools[name] += times[1:]
+            losses[name].append(loss)
+            print(f"round {r + 1}/{a.rounds}  {name:30s} epochs {' '.join(f'{t:.2f}' for t in times[1:])} s  "
+                  f"loss {loss:.4f}", file=sys.stderr, flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    base = statistics.median(tools["chatbench"])
+    summary = {"corpus": os.path.abspath(a.corpus), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
+               "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                              time.gmtime()),
+               "tools": {}}
+    print(f"\nseed preset on {a.corpus}: {a.rounds} interleaved rounds × {a.epochs - 1} timed epochs, "
+          f"{a.threads} threads\n")
+    print(f"{'':32s} {'median s/epoch':>15s} {'p10–p90':>13s} {'chatbench is':>13s} {'last loss':>10s}")
+    for name, samples in tools.items():
+        med = statistics.median(samples)
+        q = statistics.quantiles(samples, n=10) if len(samples) > 1 else [med] * 9
+        loss = statistics.median(losses[name])
+        speed = med / base
+        summary["tools"][name] = {"median_s": med, "p10_s": q[0], "p90_s": q[-1], "samples_s": samples,
+                                  "last_loss": loss, "chatbench_speedup": speed}
+        print(f"{name:32s} {med:15.3f} {q[0]:6.2f}–{q[-1]:<6.2f} {speed:12.2f}× {loss:10.4f}")
+    with open(a.out, "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"\nwritten: {a.out}")
+
+
+if __name__ == "__main__":
+    main()
