@@ -2,6 +2,7 @@
 // the encoder handoff at the true last token whatever the padding, and batching with masks.
 
 #include "batches.h"
+#include "maskedlstm.h"
 #include "model.h"
 
 #include <QTest>
@@ -60,6 +61,9 @@ private Q_SLOTS:
     void planCoversEveryExampleOnce();
     void collatePadsPerBatchWithMasks();
     void bucketingReducesPadding();
+    void maskedLstmMatchesTorchLstm_data();
+    void maskedLstmMatchesTorchLstm();
+    void maskedModelTrainsLikeTorchModel();
 };
 
 void TestModel::lstmStepMatchesHandComputedReference()
@@ -222,6 +226,89 @@ void TestModel::bucketingReducesPadding()
     const int64_t withBuckets = padded(true), without = padded(false);
     QVERIFY2(withBuckets < without, qPrintable(QString("%1 vs %2").arg(withBuckets).arg(without)));
     QVERIFY(static_cast<double>(withBuckets) < 1.2 * static_cast<double>(real));
+}
+
+void TestModel::maskedLstmMatchesTorchLstm_data()
+{
+    QTest::addColumn<bool>("lengths");
+    QTest::newRow("random lengths") << true;
+    QTest::newRow("full length") << false;
+}
+
+void TestModel::maskedLstmMatchesTorchLstm()
+{
+    // The engine's LSTM layer against torch::nn::LSTM, forward and backward, on random lengths:
+    // the reference runs on packed sequences, so its final state is each row's true last step.
+    QFETCH(bool, lengths);
+    torch::manual_seed(3);
+    const int64_t B = 5, T = 7, I = 6, H = 4;
+    torch::nn::LSTM ref(torch::nn::LSTMOptions(I, H).batch_first(true));
+    auto len = lengths ? torch::tensor({ 7, 1, 4, 7, 2 }, torch::kInt64) : torch::full({ B }, T, torch::kInt64);
+    auto x = torch::randn({ B, T, I });
+    auto h0 = torch::randn({ 1, B, H }), c0 = torch::randn({ 1, B, H });
+    auto gy = torch::randn({ B, T, H }), gh = torch::randn({ B, H }), gc = torch::randn({ B, H });
+
+    auto xr = x.clone().requires_grad_(), hr = h0.clone().requires_grad_(), cr = c0.clone().requires_grad_();
+    auto packed = torch::nn::utils::rnn::pack_padded_sequence(xr, len, /*batch_first=*/true, /*enforce_sorted=*/false);
+    auto [outPacked, state] = ref->forward_with_packed_input(packed, std::make_tuple(hr, cr));
+    auto yr = std::get<0>(torch::nn::utils::rnn::pad_packed_sequence(outPacked, true, 0.0, T));
+    auto hT = std::get<0>(state)[0], cT = std::get<1>(state)[0];
+    ((yr * gy).sum() + (hT * gh).sum() + (cT * gc).sum()).backward();
+
+    auto p = ref->named_parameters();
+    auto w = [&](const char* n) { return p[n].detach().clone().requires_grad_(); };
+    auto wih = w("weight_ih_l0"), whh = w("weight_hh_l0"), bih = w("bias_ih_l0"), bhh = w("bias_hh_l0");
+    auto xm = x.clone().requires_grad_(), hm = h0[0].clone().requires_grad_(), cm = c0[0].clone().requires_grad_();
+    const MaskedLstmOutput out = maskedLstmLayer(xm, hm, cm, wih, whh, bih, bhh, lengths ? len : torch::Tensor());
+    ((out.outputs * gy).sum() + (out.h * gh).sum() + (out.c * gc).sum()).backward();
+
+    const double tol = 1e-5;
+    auto close = [&](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    QVERIFY(close(out.outputs, yr) < tol);
+    QVERIFY(close(out.h, hT) < tol);
+    QVERIFY(close(out.c, cT) < tol);
+    QVERIFY(close(xm.grad(), xr.grad()) < tol);
+    QVERIFY(close(hm.grad(), hr.grad()[0]) < tol);
+    QVERIFY(close(cm.grad(), cr.grad()[0]) < tol);
+    QVERIFY(close(wih.grad(), p["weight_ih_l0"].grad()) < tol);
+    QVERIFY(close(whh.grad(), p["weight_hh_l0"].grad()) < tol);
+    QVERIFY(close(bih.grad(), p["bias_ih_l0"].grad()) < tol);
+    QVERIFY(close(bhh.grad(), p["bias_hh_l0"].grad()) < tol);
+    if (lengths) // a row of length 1 keeps its state from step 2 on, and its later inputs get no gradient
+        QCOMPARE(xm.grad()[1].narrow(0, 1, T - 1).abs().max().item<double>(), 0.0);
+}
+
+void TestModel::maskedModelTrainsLikeTorchModel()
+{
+    // The whole model, 2 layers: loss and every parameter gradient agree between the engine's
+    // LSTM (training on the CPU) and torch::nn::LSTM over the same padded batch.
+    ModelConfig cfg = tinyConfig();
+    cfg.layers = 2;
+    std::vector<Example> ex
+        = { { { 4, 5, 6 }, { 2, 7, 8, 3 } }, { { 5 }, { 2, 6, 3 } }, { { 5, 5, 6, 7, 8 }, { 2, 4, 4, 4, 4, 3 } } };
+    Batch b = collate(ex, { 0, 1, 2 }, torch::kCPU);
+    auto lossOf = [&](Seq2Seq& m) {
+        EncoderOutput enc = m->encode(b.source, b.lengths);
+        auto logits = m->decode(b.input, enc.h, enc.c, enc).logits;
+        return torch::nn::functional::cross_entropy(logits.reshape({ -1, logits.size(-1) }), b.target.reshape({ -1 }),
+            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(0));
+    };
+    torch::manual_seed(5);
+    Seq2Seq a(cfg), c(cfg);
+    torch::NoGradGuard copy;
+    for (auto& [name, t] : c->named_parameters().pairs())
+        t.copy_(a->named_parameters()[name]);
+    {
+        torch::AutoGradMode on(true);
+        a->setMaskedLstm(true);
+        const double la = lossOf(a).item<double>();
+        lossOf(a).backward();
+        const double lc = lossOf(c).item<double>();
+        lossOf(c).backward();
+        QVERIFY(std::abs(la - lc) < 1e-5);
+        for (auto& [name, t] : a->named_parameters().pairs())
+            QVERIFY2((t.grad() - c->named_parameters()[name].grad()).abs().max().item<double>() < 1e-5, name.c_str());
+    }
 }
 
 QTEST_GUILESS_MAIN(TestModel)

@@ -5,7 +5,8 @@ of them alike. Prints the table of docs/performance.md and writes the figures as
 peer's own `chatbench-bench` report lands next to it for the Compare view.
 
 Epoch time = training + validation of one epoch (the first epoch of every run is warm-up and not
-counted); loss = the last epoch's training loss per real target token.
+counted); "÷ chatbench" = that tool's median epoch over chatbench's (how many times faster
+chatbench is); loss = the last epoch's training loss per real target token.
 """
 
 import argparse
@@ -40,8 +41,36 @@ def chatbench_run(cli, corpus, epochs, threads, scratch, extra):
     out, _ = run(cmd)
     with open(os.path.join(folder, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
-    peak = None
-    return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), peak
+    with open(os.path.join(folder, "config.json")) as f:
+        vocab = json.load(f)["model"]["vocab_size"]
+    race = [{"seconds": float(r["elapsed_seconds"]), "loss": float(r["train_loss"]),
+             "validation_loss": float(r["validation_loss"])} for r in rows]
+    return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), (race, vocab)
+
+
+def chatbench_report(path, samples, race, vocab, corpus, threads):
+    """chatbench's side as a `chatbench-bench` report with the peers' definition of an epoch."""
+    s = sorted(samples)
+    q = lambda f: s[min(len(s) - 1, int(round(f * (len(s) - 1))))]
+    report = {
+        "format": "chatbench-bench", "schema_version": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "label": "chatbench",
+        "machine": {"cpu_model": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "preset": "seed",
+        "model": {"vocab_size": vocab, "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
+                  "max_source_length": 22, "max_target_length": 74},
+        "corpus": {"name": os.path.basename(os.path.normpath(corpus)), "pairs": 0},
+        "gemm": [],
+        "rows": [{"device": "cpu", "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
+                  "time": {"median_s": statistics.median(s), "p10_s": q(0.1), "p90_s": q(0.9), "min_s": s[0],
+                           "max_s": s[-1], "samples_s": s},
+                  "tokens_per_second": 0, "gflops": 0, "gemm_fraction": 0, "peak_memory_bytes": 0,
+                  "energy_joules": None, "energy_source": "not available"}],
+        "races": [{"device": "cpu", "precision": "fp32", "threads": threads, "points": race}],
+        "notes": ["chatbench-cli train --preset seed, epoch = training + validation (bench/peers/compare.py)"],
+    }
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
 
 
 def peer_run(python, script, corpus, epochs, threads, report):
@@ -72,11 +101,14 @@ def main():
     if a.keras:
         tools["Keras"] = []
     losses = {k: [] for k in tools}
+    last_race = None
     for r in range(a.rounds):
         for name in tools:
             if name.startswith("chatbench"):
                 extra = ["--nondeterministic"] if "nondet" in name else []
-                times, loss, _ = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
+                times, loss, (race, vocab) = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
+                if not extra:
+                    last_race = (race, vocab)
             elif name == "PyTorch-Python":
                 times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), a.corpus, a.epochs,
                                        a.threads, os.path.join(outdir, "peer-pytorch.json"))
@@ -89,14 +121,16 @@ def main():
                   f"loss {loss:.4f}", file=sys.stderr, flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
 
+    chatbench_report(os.path.join(outdir, "peer-chatbench.json"), tools["chatbench"], last_race[0], last_race[1],
+                     a.corpus, a.threads)
     base = statistics.median(tools["chatbench"])
-    summary = {"corpus": os.path.abspath(a.corpus), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
+    summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
                "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                               time.gmtime()),
                "tools": {}}
     print(f"\nseed preset on {a.corpus}: {a.rounds} interleaved rounds × {a.epochs - 1} timed epochs, "
           f"{a.threads} threads\n")
-    print(f"{'':32s} {'median s/epoch':>15s} {'p10–p90':>13s} {'chatbench is':>13s} {'last loss':>10s}")
+    print(f"{'':32s} {'median s/epoch':>15s} {'p10–p90':>13s} {'÷ chatbench':>12s} {'last loss':>10s}")
     for name, samples in tools.items():
         med = statistics.median(samples)
         q = statistics.quantiles(samples, n=10) if len(samples) > 1 else [med] * 9
@@ -104,7 +138,7 @@ def main():
         speed = med / base
         summary["tools"][name] = {"median_s": med, "p10_s": q[0], "p90_s": q[-1], "samples_s": samples,
                                   "last_loss": loss, "chatbench_speedup": speed}
-        print(f"{name:32s} {med:15.3f} {q[0]:6.2f}–{q[-1]:<6.2f} {speed:12.2f}× {loss:10.4f}")
+        print(f"{name:32s} {med:15.3f} {q[0]:6.2f}–{q[-1]:<6.2f} {speed:11.2f}× {loss:10.4f}")
     with open(a.out, "w") as f:
         json.dump(summary, f, indent=2)
     print(f"\nwritten: {a.out}")

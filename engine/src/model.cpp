@@ -1,5 +1,9 @@
 #include "model.h"
 
+#include "maskedlstm.h"
+
+#include <string>
+
 namespace chatbench {
 
 namespace rnn = torch::nn::utils::rnn;
@@ -26,10 +30,39 @@ Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg)
     dropout = register_module("dropout", torch::nn::Dropout(cfg.dropout));
 }
 
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Seq2SeqImpl::runMasked(torch::nn::LSTM& lstm,
+    const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& lengths)
+{
+    auto params = lstm->named_parameters(/*recurse=*/false);
+    std::vector<torch::Tensor> hs, cs;
+    auto in = x;
+    for (int l = 0; l < m_cfg.layers; ++l) {
+        const std::string k = "_l" + std::to_string(l);
+        if (l > 0 && m_cfg.dropout > 0 && is_training()) // what nn::LSTM's dropout does between layers
+            in = torch::dropout(in, m_cfg.dropout, /*train=*/true);
+        MaskedLstmOutput out = maskedLstmLayer(in, h0[l], c0[l], params["weight_ih" + k], params["weight_hh" + k],
+            params["bias_ih" + k], params["bias_hh" + k], lengths);
+        hs.push_back(out.h);
+        cs.push_back(out.c);
+        in = out.outputs;
+    }
+    return { in, torch::stack(hs), torch::stack(cs) }; // (B, T, H), (L, B, H), (L, B, H)
+}
+
 EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor& lengths)
 {
     EncoderOutput enc;
     auto x = dropout(encoderEmbedding(src)); // (B, S, E)
+    if (m_maskedLstm) {
+        const auto zeros = torch::zeros({ m_cfg.layers, src.size(0), m_cfg.hidden }, x.options());
+        auto [out, h, c] = runMasked(encoder, x, zeros, zeros, lengths.to(torch::kCPU));
+        enc.outputs = out;
+        enc.h = h;
+        enc.c = c;
+        auto steps = torch::arange(src.size(1), torch::TensorOptions().device(src.device())).unsqueeze(0); // (1, S)
+        enc.mask = steps < lengths.to(src.device()).unsqueeze(1); // (B, S)
+        return enc;
+    }
     // Packed input: the LSTM stops at each sequence's own length, so h_n/c_n are the states at
     // the true last token and no padding step ever touches them.
     auto packed = rnn::pack_padded_sequence(x, lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);
@@ -56,9 +89,17 @@ DecoderOutput Seq2SeqImpl::decodeHidden(
 {
     DecoderOutput dec;
     auto x = dropout(decoderEmbedding(input)); // (B, T, E)
-    auto [out, state] = decoder->forward(x, std::make_tuple(h0, c0)); // out (B, T, H)
-    dec.h = std::get<0>(state);
-    dec.c = std::get<1>(state);
+    torch::Tensor out; // (B, T, H)
+    if (m_maskedLstm) {
+        // Padding after a response's end never reaches a real position (the decoder runs
+        // forward in time), so no mask is needed; the final state of a padded row is unused.
+        std::tie(out, dec.h, dec.c) = runMasked(decoder, x, h0, c0, torch::Tensor());
+    } else {
+        auto [o, state] = decoder->forward(x, std::make_tuple(h0, c0));
+        out = o;
+        dec.h = std::get<0>(state);
+        dec.c = std::get<1>(state);
+    }
     auto top = out;
     if (m_cfg.attention) {
         auto keys = attentionKey(enc.outputs); // (B, S, H)

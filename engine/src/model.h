@@ -41,6 +41,9 @@ public:
         const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
 
     const ModelConfig& config() const { return m_cfg; }
+    // Training on the CPU in fp32 runs both LSTMs through maskedLstmLayer (same maths, own
+    // backward, true-last-token state without packing); off: torch::nn::LSTM (inference, CUDA).
+    void setMaskedLstm(bool on) { m_maskedLstm = on; }
 
     torch::nn::Embedding encoderEmbedding { nullptr };
     torch::nn::Embedding decoderEmbedding { nullptr }; // the same module as encoderEmbedding when shared
@@ -52,7 +55,12 @@ public:
     torch::nn::Dropout dropout { nullptr };
 
 private:
+    // Runs `lstm` layer by layer through maskedLstmLayer; returns top-layer outputs and (L, B, H) states.
+    std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> runMasked(torch::nn::LSTM& lstm, const torch::Tensor& x,
+        const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& lengths);
+
     ModelConfig m_cfg;
+    bool m_maskedLstm = false;
 };
 TORCH_MODULE(Seq2Seq);
 

@@ -38,6 +38,7 @@ Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precisi
     torch::manual_seed(cfg.seed);
     s.model = Seq2Seq(cfg.model);
     s.model->to(device);
+    s.model->setMaskedLstm(device.is_cpu() && precision == Precision::FP32);
     s.optimizer = makeOptimizer(cfg, s.model->parameters());
     return s;
 }

@@ -1,0 +1,115 @@
+#include "maskedlstm.h"
+
+#include "kernels.h"
+
+namespace chatbench {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Inputs: x, h0, c0, wIh, wHh, bIh, bHh, mask ((T, B) bool on the CPU, or empty = every step real).
+// CPU, fp32, contiguous: the element loops are kernels.cpp's.
+// Outputs: outputs (B, T, H), h (B, H), c (B, H).
+class MaskedLstmFunction : public torch::autograd::Function<MaskedLstmFunction> {
+public:
+    static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& h0,
+        const torch::Tensor& c0, const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh,
+        const torch::Tensor& bHh, const torch::Tensor& mask)
+    {
+        const int64_t B = x.size(0), T = x.size(1), I = x.size(2), H = wHh.size(1);
+        const bool masked = mask.numel() > 0;
+        auto xt = x.transpose(0, 1).contiguous(); // (T, B, I)
+        // tanh(z) = 2·sigmoid(2z) − 1: with the cell-candidate rows of the weights doubled, one
+        // sigmoid pass over all four gates serves (lstmCell turns those back into tanh values).
+        auto twice = torch::ones({ 4 * H, 1 }, x.options());
+        twice.narrow(0, 2 * H, H).fill_(2.0);
+        const auto wIhT = (wIh * twice).t(), wHhT = (wHh * twice).t();
+        const auto bias = (bIh + bHh) * twice.squeeze(1);
+        // The input projection of every step at once: (T·B, I) × (I, 4H).
+        auto gates = at::addmm(bias, xt.view({ T * B, I }), wIhT).view({ T, B, 4 * H }); // (T, B, 4H)
+        auto hs = torch::empty({ T + 1, B, H }, x.options()); // hs[t] = state before step t
+        auto cs = torch::empty({ T + 1, B, H }, x.options());
+        auto tanhC = torch::empty({ T, B, H }, x.options()); // tanh of each step's new c
+        hs[0].copy_(h0);
+        cs[0].copy_(c0);
+        // Per-step views made once (indexing inside the loop costs more than the small steps).
+        const auto g = gates.unbind(0), h = hs.unbind(0), c = cs.unbind(0), tc = tanhC.unbind(0);
+        const bool* keep = masked ? mask.data_ptr<bool>() : nullptr; // (T, B): false past the row's length
+        for (int64_t t = 0; t < T; ++t) {
+            auto gt = g[t]; // (B, 4H): pre-activations, replaced by the activations i, f, g, o
+            gt.addmm_(h[t], wHhT).sigmoid_();
+            const bool* k = keep ? keep + t * B : nullptr;
+            kernels::lstmCell(B, H, gt.data_ptr<float>(), c[t].data_ptr<float>(), k, c[t + 1].data_ptr<float>());
+            auto tct = tc[t];
+            at::tanh_out(tct, c[t + 1]);
+            kernels::lstmHidden(B, H, gt.data_ptr<float>(), tct.data_ptr<float>(), h[t].data_ptr<float>(), k,
+                h[t + 1].data_ptr<float>());
+        }
+        auto outputs = hs.narrow(0, 1, T); // (T, B, H)
+        if (masked)
+            outputs = outputs * mask.unsqueeze(2);
+        ctx->save_for_backward({ xt, wIh, wHh, hs, cs, gates, tanhC, mask });
+        return { outputs.transpose(0, 1), hs[T].clone(), cs[T].clone() };
+    }
+
+    static tensor_list backward(AutogradContext* ctx, tensor_list grads)
+    {
+        const auto saved = ctx->get_saved_variables();
+        const auto &xt = saved[0], &wIh = saved[1], &wHh = saved[2], &hs = saved[3], &cs = saved[4], &acts = saved[5],
+                   &tanhC = saved[6], &mask = saved[7];
+        const int64_t T = xt.size(0), B = xt.size(1), I = xt.size(2), H = wHh.size(1);
+        const bool masked = mask.numel() > 0;
+        torch::Tensor gy; // (T, B, H), zero past each length
+        if (grads[0].defined()) {
+            gy = grads[0].transpose(0, 1);
+            if (masked)
+                gy = gy * mask.unsqueeze(2);
+        }
+        auto dh = grads[1].defined() ? grads[1].contiguous().clone() : torch::zeros({ B, H }, xt.options());
+        auto dc = grads[2].defined() ? grads[2].contiguous().clone() : torch::zeros({ B, H }, xt.options());
+        auto dhKeep = torch::empty({ B, H }, xt.options());
+        auto dgates = torch::empty({ T, B, 4 * H }, xt.options()); // (T, B, 4H)
+        const auto d = dgates.unbind(0);
+        std::vector<torch::Tensor> gys;
+        if (gy.defined())
+            gys = gy.unbind(0);
+        const float* a = acts.data_ptr<float>();
+        const float* tcs = tanhC.data_ptr<float>();
+        const float* cprev = cs.data_ptr<float>();
+        const bool* keep = masked ? mask.data_ptr<bool>() : nullptr;
+        for (int64_t t = T - 1; t >= 0; --t) {
+            // dh, dc: gradients w.r.t. the state after step t (hs[t + 1], cs[t + 1]).
+            if (gy.defined())
+                dh.add_(gys[static_cast<size_t>(t)]);
+            kernels::lstmBackwardStep(B, H, dh.data_ptr<float>(), dc.data_ptr<float>(), a + t * B * 4 * H,
+                tcs + t * B * H, cprev + t * B * H, keep ? keep + t * B : nullptr, d[t].data_ptr<float>(),
+                dhKeep.data_ptr<float>());
+            dh = at::addmm(dhKeep, d[t], wHh); // (B, H): through the recurrent product, plus what passed by
+        }
+        auto d2 = dgates.view({ T * B, 4 * H });
+        auto dWih = at::mm(d2.t(), xt.view({ T * B, I })); // (4H, I)
+        auto dWhh = at::mm(d2.t(), hs.narrow(0, 0, T).reshape({ T * B, H })); // (4H, H)
+        auto db = d2.sum(0); // (4H), the same for both biases
+        auto dx = at::mm(d2, wIh).view({ T, B, I }).transpose(0, 1); // (B, T, I)
+        return { dx, dh, dc, dWih, dWhh, db, db.clone(), torch::Tensor() };
+    }
+};
+
+} // namespace
+
+MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0,
+    const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
+    const torch::Tensor& lengths)
+{
+    auto mask = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kBool)); // none
+    if (lengths.defined()) { // (T, B): true while step t is within row b's length
+        auto steps = torch::arange(x.size(1), lengths.options()).unsqueeze(1); // (T, 1)
+        mask = (steps < lengths.unsqueeze(0)).contiguous(); // (T, B)
+    }
+    auto out = MaskedLstmFunction::apply(x, h0, c0, wIh, wHh, bIh, bHh, mask);
+    return { out[0], out[1], out[2] };
+}
+
+} // namespace chatbench

@@ -1,0 +1,28 @@
+#pragma once
+// An LSTM layer for training on the CPU (private: Torch types), with its backward pass written
+// out, and variable lengths handled by freezing each sequence's state after its last real token.
+//
+// Why not torch::nn::LSTM: on the CPU a packed batch (the only way nn::LSTM returns the state at
+// each sequence's true end) runs a generic per-step path, and the padded oneDNN path cannot stop
+// at each length. Here the input projection of all steps is one matrix product, each step adds
+// one recurrent product and a few pointwise passes, and the backward pass runs the same steps in
+// reverse, leaving the weight gradients to one product each at the end. The maths is
+// torch::nn::LSTM's (gate order i, f, g, o; two biases), checked against it forward and backward.
+
+#include <torch/torch.h>
+
+namespace chatbench {
+
+struct MaskedLstmOutput {
+    torch::Tensor outputs; // (B, T, H) h at every step, zero past each sequence's length
+    torch::Tensor h; // (B, H) h at each sequence's last real step (h0 where the length is 0)
+    torch::Tensor c; // (B, H) c likewise
+};
+
+// One layer. x (B, T, I) batch-first; h0, c0 (B, H); weights as torch::nn::LSTM names them;
+// lengths (B) int64 on the CPU, or undefined when every sequence fills all T steps.
+MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0,
+    const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
+    const torch::Tensor& lengths);
+
+} // namespace chatbench
