@@ -59,9 +59,10 @@ int main(int argc, char** argv)
         return app.exec();
 
     QStringList reports;
-    const QDir examples(CHATBENCH_SOURCE_DIR "/bench/reports");
-    for (const QString& f : examples.entryList({ "*.json" }, QDir::Files, QDir::Name))
-        reports << examples.filePath(f);
+    // The side-by-side run of chatbench, PyTorch-Python and Keras on the chatterbot corpus.
+    const QDir peers(CHATBENCH_SOURCE_DIR "/bench/reports/peers");
+    for (const QString& f : peers.entryList({ "peer-*.json" }, QDir::Files, QDir::Name))
+        reports << peers.filePath(f);
     ScreenshotTour shots(&window, parser.value(shotOpt), reports);
     int code = 0;
     QTimer::singleShot(0, &app, [&] {

@@ -5,6 +5,8 @@
 #include "chatbench/error.h"
 #include "testutil.h"
 
+#include <QDirIterator>
+
 #include <cmath>
 
 using namespace chatbench;
@@ -19,6 +21,7 @@ private Q_SLOTS:
     void reportRoundTrip();
     void badReports_data();
     void badReports();
+    void committedReportsImport();
 };
 
 void TestBenchReport::flopsMatchHandCount()
@@ -163,6 +166,24 @@ void TestBenchReport::badReports()
         QCOMPARE(e.line(), line);
         QVERIFY2(QString(e.what()).contains(fragment), e.what());
     }
+}
+
+void TestBenchReport::committedReportsImport()
+{
+    // Every report in bench/reports (chatbench's own and the peers', written by Python) reads back.
+    int seen = 0;
+    QDirIterator it(CHATBENCH_SOURCE_DIR "/bench/reports", { "*.json" }, QDir::Files, QDirIterator::Subdirectories);
+    while (it.hasNext()) {
+        const QString path = it.next();
+        if (path.endsWith("summary.json"))
+            continue; // the peers' comparison table, another format
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
+        QVERIFY2(!r.rows.empty(), qPrintable(path));
+        ++seen;
+    }
+    QVERIFY(seen >= 4);
 }
 
 QTEST_GUILESS_MAIN(TestBenchReport)

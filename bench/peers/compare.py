@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -39,16 +40,17 @@ def chatbench_run(cli, corpus, epochs, threads, scratch, extra):
     cmd = [cli, "train", "--preset", "seed", "--corpus", corpus, "--run", folder, "--epochs", str(epochs),
            "--quiet", "--threads", str(threads)] + extra
     out, _ = run(cmd)
+    pairs = int(re.search(r"\((\d+) pairs\)", out).group(1))
     with open(os.path.join(folder, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
     with open(os.path.join(folder, "config.json")) as f:
         vocab = json.load(f)["model"]["vocab_size"]
     race = [{"seconds": float(r["elapsed_seconds"]), "loss": float(r["train_loss"]),
              "validation_loss": float(r["validation_loss"])} for r in rows]
-    return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), (race, vocab)
+    return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), (race, vocab, pairs)
 
 
-def chatbench_report(path, samples, race, vocab, corpus, threads):
+def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
     """chatbench's side as a `chatbench-bench` report with the peers' definition of an epoch."""
     s = sorted(samples)
     q = lambda f: s[min(len(s) - 1, int(round(f * (len(s) - 1))))]
@@ -59,7 +61,7 @@ def chatbench_report(path, samples, race, vocab, corpus, threads):
         "preset": "seed",
         "model": {"vocab_size": vocab, "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
                   "max_source_length": 22, "max_target_length": 74},
-        "corpus": {"name": os.path.basename(os.path.normpath(corpus)), "pairs": 0},
+        "corpus": {"name": os.path.basename(os.path.normpath(corpus)), "pairs": pairs},
         "gemm": [],
         "rows": [{"device": "cpu", "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
                   "time": {"median_s": statistics.median(s), "p10_s": q(0.1), "p90_s": q(0.9), "min_s": s[0],
@@ -97,6 +99,7 @@ def main():
 
     scratch = tempfile.mkdtemp(prefix="chatbench-peers-")
     outdir = os.path.dirname(os.path.abspath(a.out))
+    os.makedirs(outdir, exist_ok=True)
     tools = {"chatbench": [], "chatbench --nondeterministic": [], "PyTorch-Python": []}
     if a.keras:
         tools["Keras"] = []
@@ -106,9 +109,9 @@ def main():
         for name in tools:
             if name.startswith("chatbench"):
                 extra = ["--nondeterministic"] if "nondet" in name else []
-                times, loss, (race, vocab) = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
+                times, loss, last = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
                 if not extra:
-                    last_race = (race, vocab)
+                    last_race = last
             elif name == "PyTorch-Python":
                 times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), a.corpus, a.epochs,
                                        a.threads, os.path.join(outdir, "peer-pytorch.json"))
@@ -121,8 +124,8 @@ def main():
                   f"loss {loss:.4f}", file=sys.stderr, flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
 
-    chatbench_report(os.path.join(outdir, "peer-chatbench.json"), tools["chatbench"], last_race[0], last_race[1],
-                     a.corpus, a.threads)
+    chatbench_report(os.path.join(outdir, "peer-chatbench.json"), tools["chatbench"], *last_race, a.corpus,
+                     a.threads)
     base = statistics.median(tools["chatbench"])
     summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
                "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
