@@ -4,6 +4,7 @@
 #include "batches.h"
 #include "maskedlstm.h"
 #include "model.h"
+#include "projectedloss.h"
 
 #include <QTest>
 
@@ -64,6 +65,7 @@ private Q_SLOTS:
     void maskedLstmMatchesTorchLstm_data();
     void maskedLstmMatchesTorchLstm();
     void maskedModelTrainsLikeTorchModel();
+    void projectedLossMatchesLinearCrossEntropy();
 };
 
 void TestModel::lstmStepMatchesHandComputedReference()
@@ -309,6 +311,26 @@ void TestModel::maskedModelTrainsLikeTorchModel()
         for (auto& [name, t] : a->named_parameters().pairs())
             QVERIFY2((t.grad() - c->named_parameters()[name].grad()).abs().max().item<double>() < 1e-5, name.c_str());
     }
+}
+
+void TestModel::projectedLossMatchesLinearCrossEntropy()
+{
+    // 300 rows: two full chunks of 128 and a partial one.
+    torch::manual_seed(11);
+    const int64_t N = 300, H = 16, V = 37;
+    auto h = torch::randn({ N, H }), w = torch::randn({ V, H }) * 0.3, b = torch::randn({ V });
+    auto t = torch::randint(0, V, { N }, torch::kInt64);
+    auto h1 = h.clone().requires_grad_(), w1 = w.clone().requires_grad_(), b1 = b.clone().requires_grad_();
+    auto ref = torch::nn::functional::cross_entropy(torch::nn::functional::linear(h1, w1, b1), t,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    (ref * 0.5).backward(); // a non-unit incoming gradient, like the trainer's 1/tokens
+    auto h2 = h.clone().requires_grad_(), w2 = w.clone().requires_grad_(), b2 = b.clone().requires_grad_();
+    auto mine = projectedCrossEntropy(h2, w2, b2, t);
+    (mine * 0.5).backward();
+    QVERIFY(std::abs(mine.item<double>() - ref.item<double>()) < 1e-3 * std::abs(ref.item<double>()));
+    QVERIFY((h2.grad() - h1.grad()).abs().max().item<double>() < 1e-5);
+    QVERIFY((w2.grad() - w1.grad()).abs().max().item<double>() < 1e-4);
+    QVERIFY((b2.grad() - b1.grad()).abs().max().item<double>() < 1e-4);
 }
 
 QTEST_GUILESS_MAIN(TestModel)

@@ -3,6 +3,7 @@
 #include "chatbench/error.h"
 #include "chatbench/tokenizer.h"
 #include "kernels.h"
+#include "projectedloss.h"
 #include "torchutil.h"
 
 #include <ATen/Parallel.h>
@@ -55,6 +56,8 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1); // (N) real positions
         auto hidden = top.reshape({ -1, top.size(-1) }).index_select(0, rows); // (N, H)
         auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
+        if (training && !correct && s.device.is_cpu() && s.precision == Precision::FP32)
+            return projectedCrossEntropy(hidden, s.model->output->weight, s.model->output->bias, target);
         auto logits = s.model->output(hidden).to(torch::kFloat32); // (N, V)
         if (correct)
             *correct = (logits.argmax(-1) == target).sum().item<int64_t>();

@@ -1,0 +1,61 @@
+#include "projectedloss.h"
+
+#include <algorithm>
+
+namespace chatbench {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// 128 rows of a 2–4k vocabulary are 1–2 MB of logits: one core's L2.
+constexpr int64_t kChunkRows = 128;
+
+class ProjectedCrossEntropyFunction : public torch::autograd::Function<ProjectedCrossEntropyFunction> {
+public:
+    static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+        const torch::Tensor& bias, const torch::Tensor& target)
+    {
+        const int64_t N = hidden.size(0), H = hidden.size(1), V = weight.size(0);
+        auto dHidden = torch::empty({ N, H }, hidden.options());
+        auto dWeight = torch::zeros({ V, H }, weight.options());
+        auto dBias = torch::zeros({ V }, bias.options());
+        auto logits = torch::empty({ std::min(N, kChunkRows), V }, hidden.options());
+        double loss = 0;
+        for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
+            const int64_t n = std::min(kChunkRows, N - r0);
+            auto h = hidden.narrow(0, r0, n); // (n, H)
+            auto t = target.narrow(0, r0, n).unsqueeze(1); // (n, 1)
+            auto z = logits.narrow(0, 0, n); // (n, V)
+            at::addmm_out(z, bias, h, weight.t());
+            at::_log_softmax_out(z, z, /*dim=*/1, /*half_to_float=*/false); // log p
+            loss -= z.gather(1, t).sum().item<double>();
+            z.exp_(); // p
+            z.scatter_add_(1, t, torch::full({ n, 1 }, -1.0f, z.options())); // p − onehot = dloss/dlogits
+            auto dh = dHidden.narrow(0, r0, n);
+            at::mm_out(dh, z, weight); // (n, H)
+            dWeight.addmm_(z.t(), h); // (V, H)
+            dBias.add_(z.sum(0));
+        }
+        ctx->save_for_backward({ dHidden, dWeight, dBias });
+        return torch::tensor(loss, hidden.options());
+    }
+
+    static tensor_list backward(AutogradContext* ctx, tensor_list grads)
+    {
+        const auto saved = ctx->get_saved_variables();
+        const auto& g = grads[0]; // scalar
+        return { saved[0] * g, saved[1] * g, saved[2] * g, torch::Tensor() };
+    }
+};
+
+} // namespace
+
+torch::Tensor projectedCrossEntropy(
+    const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& target)
+{
+    return ProjectedCrossEntropyFunction::apply(hidden, weight, bias, target);
+}
+
+} // namespace chatbench

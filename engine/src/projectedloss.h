@@ -1,0 +1,19 @@
+#pragma once
+// The output projection and the cross-entropy over the real target tokens in one autograd
+// function (private: Torch types), computed in row chunks that stay in the L2 cache.
+//
+// Per chunk of rows: logits = h·Wᵀ + b, log-softmax, the loss of the targets, and at once the
+// gradient softmax − onehot, which goes straight into dH (rows) and dW, db (accumulated). No
+// (N, V) tensor outlives a chunk, nothing is zero-filled, and backward only scales the stored
+// gradients. Same maths as linear + cross_entropy(reduction sum), checked against them.
+
+#include <torch/torch.h>
+
+namespace chatbench {
+
+// Σ over rows of −log softmax(h·Wᵀ + b)[target]. hidden (N, H), weight (V, H), bias (V),
+// target (N) int64; CPU fp32.
+torch::Tensor projectedCrossEntropy(
+    const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& target);
+
+} // namespace chatbench
