@@ -35,6 +35,8 @@ void TestBench::smallRunOnCpu()
     cfg.warmup = 1;
     cfg.replyLength = 5;
     cfg.raceEpochs = 2;
+    cfg.embedDim = 24; // sizes other than the preset's
+    cfg.hidden = 20;
     int rowsSeen = 0;
     BenchCallbacks cb;
     cb.onRow = [&](const BenchRow&) { ++rowsSeen; };
@@ -66,6 +68,8 @@ void TestBench::smallRunOnCpu()
     QVERIFY(!r.races.empty());
     QCOMPARE(r.races[0].points.size(), size_t(2));
     QVERIFY(r.races[0].points[1].seconds > r.races[0].points[0].seconds);
+    QCOMPARE(r.model.embedDim, 24);
+    QCOMPARE(r.model.hidden, 20);
     QVERIFY(!r.machine.cpuModel.empty());
     QVERIFY(r.machine.cores > 0);
     QVERIFY(!r.machine.torch.empty());

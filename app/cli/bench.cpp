@@ -116,6 +116,9 @@ void addBenchCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--preset", a->cfg.preset, "Model preset: seed, quick, large")
         ->check(oneOf(presetNames()))
         ->capture_default_str();
+    cmd->add_option("--embed", a->cfg.embedDim, "Embedding width (default: the preset's)")->check(CLI::Range(1, 8192));
+    cmd->add_option("--hidden", a->cfg.hidden, "LSTM units (default: the preset's)")->check(CLI::Range(1, 8192));
+    cmd->add_option("--layers", a->cfg.layers, "LSTM layers (default: the preset's)")->check(CLI::Range(1, 8));
     cmd->add_option("--device", a->cfg.devices, "Devices, e.g. cpu,cuda:0")->delimiter(',')->capture_default_str();
     cmd->add_option("--precision", a->precisions, joinNames(benchPrecisionNames()))
         ->delimiter(',')

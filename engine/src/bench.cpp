@@ -319,6 +319,13 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     report.corpusPairs = static_cast<int64_t>(corpus.pairs.size());
 
     Bench bench { cfg, cb, preset(cfg.preset), {}, report };
+    if (cfg.embedDim > 0)
+        bench.train.model.embedDim = cfg.embedDim;
+    if (cfg.hidden > 0)
+        bench.train.model.hidden = cfg.hidden;
+    if (cfg.layers > 0)
+        bench.train.model.layers = cfg.layers;
+    validate(bench.train);
     const Split split = splitPairs(corpus.pairs, bench.train.validationFraction, cfg.seed);
     const Tokenizer tok = Tokenizer::build(split.train, bench.train.tokenizer);
     bench.train.model.vocabSize = tok.size();

@@ -64,6 +64,9 @@ struct BenchConfig {
     std::vector<int> batchSizes = { 1, 16, 64 };
     std::vector<int> threads = { 0 }; // CPU thread counts to sweep; 0 = default
     std::string preset = "seed"; // model and training settings
+    int embedDim = 0; // > 0: overrides the preset's embedding width
+    int hidden = 0; // > 0: overrides the preset's LSTM units
+    int layers = 0; // > 0: overrides the preset's layer count
     int warmup = 2;
     int repeats = 5;
     bool epoch = true; // time a whole epoch over the corpus (at the preset's batch size)
