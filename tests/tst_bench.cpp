@@ -42,8 +42,8 @@ void TestBench::smallRunOnCpu()
     cb.onRow = [&](const BenchRow&) { ++rowsSeen; };
     const BenchReport r = runBench(cfg, corpus, cb);
     const bool cuda = environmentInfo().cudaAvailable;
-    // cpu fp32: train_step ×2, reply at 1 (latency), 4 and 8 (throughput), one epoch.
-    const size_t cpuRows = 2 + 3 + 1;
+    // cpu fp32: train_step ×2, reply at 1 (latency), 4 and 8 (throughput), the traced reply, one epoch.
+    const size_t cpuRows = 2 + 3 + 1 + 1;
     if (!cuda) {
         QCOMPARE(r.rows.size(), cpuRows);
         QVERIFY(
@@ -64,6 +64,8 @@ void TestBench::smallRunOnCpu()
     QCOMPARE(r.rows[0].unit, BenchUnit::TrainStep);
     QCOMPARE(r.rows[2].unit, BenchUnit::ReplyLatency);
     QCOMPARE(r.rows[2].batch, 1);
+    QCOMPARE(r.rows[5].unit, BenchUnit::TracedReply);
+    QCOMPARE(r.rows[5].batch, 1);
     QVERIFY(!r.gemm.empty() && r.gemm[0].gflops > 0);
     QVERIFY(!r.races.empty());
     QCOMPARE(r.races[0].points.size(), size_t(2));

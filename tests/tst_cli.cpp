@@ -98,17 +98,65 @@ void TestCli::corpusCommands()
 
 void TestCli::corpusErrorsNameFileAndLine()
 {
-    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "a\tb\nno tab\n"));
-    const Run r = cli({ "corpus", "validate", bad });
+    // A bad record is skipped and named (stderr) unless --strict, which fails on it.
+    QByteArray lines = "a\tb\nno tab\n";
+    for (int i = 0; i < 7; ++i)
+        lines += "q" + QByteArray::number(i) + "\tr\tthird column\n";
+    const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", lines));
+    const Run tolerant = cli({ "corpus", "validate", bad });
+    QCOMPARE(tolerant.code, 0);
+    QVERIFY2(tolerant.out.startsWith("ok: 1 pairs (consecutive pairing)"), qPrintable(tolerant.out));
+    QVERIFY(tolerant.out.contains("skipped 8 malformed record(s)"));
+    QVERIFY2(tolerant.err.startsWith("8 malformed records skipped\n"), qPrintable(tolerant.err));
+    QVERIFY(tolerant.err.contains("warning: " + bad + ":2: expected 'prompt<TAB>response', found no tab"));
+    QVERIFY(tolerant.err.contains("... and 3 more")); // the first 5 of 8
+    QVERIFY(!tolerant.err.contains(bad + ":9:"));
+    const Run verbose = cli({ "corpus", "validate", bad, "--verbose" });
+    QVERIFY(verbose.err.contains(bad + ":9: expected exactly two tab-separated columns"));
+    const Run stats = cli({ "corpus", "stats", "--json", bad });
+    const QJsonObject sj = QJsonDocument::fromJson(stats.out.toUtf8()).object();
+    QCOMPARE(sj["skipped_records"].toInt(), 8);
+    QCOMPARE(sj["warnings"].toArray().size(), 8);
+    QCOMPARE(sj["warnings"].toArray()[0].toObject()["line"].toInt(), 2);
+
+    const Run r = cli({ "corpus", "validate", "--strict", bad });
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains(bad + ":2:"), qPrintable(r.err));
     const Run missing = cli({ "corpus", "validate", m_dir.filePath("nope.yml") });
     QCOMPARE(missing.code, 1);
     QVERIFY(missing.err.contains("no such file"));
-    const Run train = cli({ "train", "--corpus", bad, "--run", m_dir.filePath("never") });
+    const Run train = cli({ "train", "--strict", "--corpus", bad, "--run", m_dir.filePath("never") });
     QCOMPARE(train.code, 1);
     QVERIFY(train.err.contains(bad + ":2:"));
     QVERIFY(!QDir(m_dir.filePath("never")).exists());
+    // Nothing usable left: an error at the first bad record, strict or not.
+    const QString hopeless = QString::fromStdString(testutil::writeFile(m_dir, "hopeless.tsv", "x\ny\n"));
+    const Run none = cli({ "train", "--corpus", hopeless, "--run", m_dir.filePath("never") });
+    QCOMPARE(none.code, 1);
+    QVERIFY2(none.err.contains(hopeless + ":1:"), qPrintable(none.err));
+
+    // --pairing first-rest: the recipe's pairs, shown and stored in the run.
+    const QString dialog = QString::fromStdString(testutil::writeFile(m_dir, "d.yml",
+        "conversations:\n- - hello there\n  - hi\n  - how are you\n- - bye now\n  - see you\n  - take care\n"));
+    const Run fr = cli({ "corpus", "stats", "--json", "--pairing", "first-rest", dialog });
+    const QJsonObject fj = QJsonDocument::fromJson(fr.out.toUtf8()).object();
+    QCOMPARE(fj["pairs"].toInt(), 2);
+    QCOMPARE(fj["pairing"].toString(), QString("first-rest"));
+    const QString run = m_dir.filePath("firstrest");
+    const Run t = cli(
+        { "train", "--preset", "quick", "--epochs", "1", "--pairing", "first-rest", "--corpus", dialog, "--run", run });
+    QVERIFY2(t.code == 0, qPrintable(t.out + t.err));
+    QVERIFY(t.out.contains("(2 pairs)"));
+    QFile cfg(run + "/config.json");
+    QVERIFY(cfg.open(QIODevice::ReadOnly));
+    QCOMPARE(QJsonDocument::fromJson(cfg.readAll()).object()["corpus"].toObject()["pairing"].toString(),
+        QString("first-rest"));
+    // Resume reloads the corpus paired the same way (else the fingerprint would not match).
+    const Run more = cli({ "train", "--resume", "--run", run, "--epochs", "2" });
+    QVERIFY2(more.code == 0, qPrintable(more.out + more.err));
+    const Run wrong = cli({ "corpus", "validate", "--pairing", "first_rest", dialog });
+    QVERIFY(wrong.code != 0);
+    QVERIFY(wrong.err.contains("first-rest"));
 }
 
 void TestCli::trainSeedPresetAndChat()
@@ -232,7 +280,7 @@ void TestCli::bench()
     const QJsonObject j = QJsonDocument::fromJson(f.readAll()).object();
     QCOMPARE(j["format"].toString(), QString("chatbench-bench"));
     QCOMPARE(j["schema_version"].toInt(), 1);
-    QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1);
+    QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1 + 1);
     QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);

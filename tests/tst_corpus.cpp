@@ -17,6 +17,8 @@ private Q_SLOTS:
     void badInputs_data();
     void badInputs();
     void yamlFolder();
+    void yamlFolderSkipsUnreadableFiles();
+    void pairings();
     void cornellFolder();
     void cornellMissingLine();
     void latin1Option();
@@ -86,24 +88,30 @@ void TestCorpus::badInputs_data()
     QTest::addColumn<QByteArray>("bytes");
     QTest::addColumn<long>("line"); // expected line in the error (0 = whole file)
     QTest::addColumn<QString>("fragment");
+    QTest::addColumn<int>("kept"); // pairs a tolerant load keeps (0: it fails at the same file:line)
 
-    QTest::newRow("empty") << "e.yml" << QByteArray() << 0L << "empty";
-    QTest::newRow("yaml-syntax") << "s.yml" << QByteArray("conversations:\n- - Hello\n  - [unclosed\n") << 4L << "YAML";
-    QTest::newRow("yaml-no-key") << "k.yml" << QByteArray("talks:\n- - a\n  - b\n") << 1L << "conversations";
-    QTest::newRow("yaml-map-turn") << "t.yml" << QByteArray("conversations:\n- - Hello\n  - {a: b}\n") << 3L << "turn";
-    QTest::newRow("invalid-utf8") << "u.tsv" << QByteArray("good\tline\nbad \xFF\xFE byte\tx\n") << 2L << "UTF-8";
-    QTest::newRow("overlong-utf8") << "o.tsv" << QByteArray("a\tb\n\xC0\xAF\tx\n") << 2L << "UTF-8";
-    QTest::newRow("tsv-no-tab") << "n.tsv" << QByteArray("a\tb\nno tab here\n") << 2L << "tab";
-    QTest::newRow("tsv-three-columns") << "c.tsv" << QByteArray("a\tb\tc\n") << 1L << "two";
+    QTest::newRow("empty") << "e.yml" << QByteArray() << 0L << "empty" << 0;
+    QTest::newRow("yaml-syntax") << "s.yml" << QByteArray("conversations:\n- - Hello\n  - [unclosed\n") << 4L << "YAML"
+                                 << 0;
+    QTest::newRow("yaml-no-key") << "k.yml" << QByteArray("talks:\n- - a\n  - b\n") << 1L << "conversations" << 0;
+    QTest::newRow("yaml-map-turn") << "t.yml" << QByteArray("conversations:\n- - Hello\n  - {a: b}\n- - x\n  - y\n")
+                                   << 3L << "turn" << 1;
+    QTest::newRow("yaml-scalar-conversation")
+        << "q.yml" << QByteArray("conversations:\n- - a\n  - b\n- what is two?\n  - '2'\n- - c\n  - d\n") << 4L
+        << "list of turns" << 2;
+    QTest::newRow("invalid-utf8") << "u.tsv" << QByteArray("good\tline\nbad \xFF\xFE byte\tx\n") << 2L << "UTF-8" << 0;
+    QTest::newRow("overlong-utf8") << "o.tsv" << QByteArray("a\tb\n\xC0\xAF\tx\n") << 2L << "UTF-8" << 0;
+    QTest::newRow("tsv-no-tab") << "n.tsv" << QByteArray("a\tb\nno tab here\n") << 2L << "tab" << 1;
+    QTest::newRow("tsv-three-columns") << "c.tsv" << QByteArray("a\tb\tc\n") << 1L << "two" << 0;
     QTest::newRow("jsonl-syntax") << "j.jsonl"
                                   << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L
-                                  << "JSON";
-    QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L
-                                 << "strings";
-    QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected";
+                                  << "JSON" << 1;
+    QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings"
+                                 << 0;
+    QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected" << 0;
     QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L
-                                 << "limit";
-    QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs";
+                                 << "limit" << 0;
+    QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs" << 0;
 }
 
 void TestCorpus::badInputs()
@@ -112,18 +120,41 @@ void TestCorpus::badInputs()
     QFETCH(QByteArray, bytes);
     QFETCH(long, line);
     QFETCH(QString, fragment);
+    QFETCH(int, kept);
     QTemporaryDir dir;
     const std::string path = testutil::writeFile(dir, name, bytes);
-    try {
-        loadCorpus(path);
-        QFAIL("expected an error");
-    } catch (const Error& e) {
-        QCOMPARE(QString::fromStdString(e.file()), QString::fromStdString(path));
-        QCOMPARE(e.line(), line);
-        QVERIFY2(QString::fromStdString(e.message()).contains(fragment, Qt::CaseInsensitive), e.what());
-        if (line > 0)
-            QVERIFY(QString(e.what()).startsWith(QString::fromStdString(path) + ":" + QString::number(line) + ":"));
+    auto expectError = [&](const LoadOptions& opt) {
+        try {
+            loadCorpus(path, opt);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QCOMPARE(QString::fromStdString(e.file()), QString::fromStdString(path));
+            QCOMPARE(e.line(), line);
+            QVERIFY2(QString::fromStdString(e.message()).contains(fragment, Qt::CaseInsensitive), e.what());
+            if (line > 0)
+                QVERIFY(QString(e.what()).startsWith(QString::fromStdString(path) + ":" + QString::number(line) + ":"));
+        }
+    };
+    // Strict: the first problem is an error, with its file and line.
+    LoadOptions strict;
+    strict.strict = true;
+    expectError(strict);
+    // Tolerant (the default): a bad record is skipped and reported where it is; a file with
+    // nothing usable left still fails there.
+    if (kept == 0) {
+        expectError({});
+        return;
     }
+    const Corpus c = loadCorpus(path);
+    QCOMPARE(c.pairs.size(), size_t(kept));
+    QCOMPARE(c.skippedRecords(), int64_t(1));
+    const auto bad = std::find_if(c.warnings.begin(), c.warnings.end(),
+        [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::Record; });
+    QCOMPARE(bad->file, path);
+    QCOMPARE(bad->line, line);
+    QVERIFY2(QString::fromStdString(bad->message).contains(fragment, Qt::CaseInsensitive), bad->message.c_str());
+    QCOMPARE(QString::fromStdString(toString(*bad)),
+        QString::fromStdString(path) + ":" + QString::number(line) + ": " + QString::fromStdString(bad->message));
 }
 
 void TestCorpus::yamlFolder()
@@ -140,6 +171,76 @@ void TestCorpus::yamlFolder()
     QCOMPARE(c.pairs[0].prompt, std::string("one")); // files in sorted order
     QCOMPARE(c.files.size(), size_t(3));
     QCOMPARE(c.warnings.size(), size_t(1)); // the empty file
+}
+
+void TestCorpus::yamlFolderSkipsUnreadableFiles()
+{
+    // One file among several that cannot be parsed at all is skipped and named; strict fails on it.
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "c/a.yml", "conversations:\n- - one\n  - 1\n");
+    const std::string broken = testutil::writeFile(dir, "c/b.yml", "conversations:\n- - two\n  - [unclosed\n");
+    testutil::writeFile(dir, "c/c.yml", "categories:\n- x\n");
+    testutil::writeFile(dir, "c/d.yml", "conversations:\n- - bad \xFF byte\n  - 2\n");
+    testutil::writeFile(dir, "c/e.yml", "conversations:\n- - three\n  - 3\n- just text\n");
+    const std::string path = dir.filePath("c").toStdString();
+    const Corpus c = loadCorpus(path);
+    QCOMPARE(c.pairs.size(), size_t(2));
+    QCOMPARE(c.skippedFiles(), int64_t(3));
+    QCOMPARE(c.skippedRecords(), int64_t(1));
+    QCOMPARE(c.files.size(), size_t(2)); // only the files read
+    QCOMPARE(c.warnings[0].file, broken);
+    QCOMPARE(c.warnings[0].line, 4L);
+    QVERIFY(c.warnings[0].message.find("file skipped") != std::string::npos);
+    QCOMPARE(c.warnings[1].line, 1L); // c.yml: no conversations key
+    QCOMPARE(c.warnings[2].line, 2L); // d.yml: the bad byte
+    QCOMPARE(c.warnings[3].kind, CorpusWarning::Kind::Record);
+    QCOMPARE(c.warnings[3].line, 4L);
+    LoadOptions strict;
+    strict.strict = true;
+    try {
+        loadCorpus(path, strict);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), broken);
+        QCOMPARE(e.line(), 4L);
+    }
+    // A folder whose only file is unreadable is an error, not an empty corpus.
+    QTemporaryDir one;
+    const std::string only = testutil::writeFile(one, "c/only.yml", "conversations: [\n");
+    try {
+        loadCorpus(one.filePath("c").toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), only);
+    }
+}
+
+void TestCorpus::pairings()
+{
+    QTemporaryDir dir;
+    const std::string yml = testutil::writeFile(
+        dir, "p.yml", "conversations:\n- - hi\n  - hello\n  - how are you\n  - fine\n- - bye\n  - see you\n");
+    const std::string txt = testutil::writeFile(dir, "p.txt", "a\nb\nc\n\nd\ne\n");
+    const std::string jsonl = testutil::writeFile(
+        dir, "p.jsonl", "{\"messages\": [\"q\", {\"role\": \"system\", \"content\": \"s\"}, \"r1\", \"r2\"]}\n");
+    auto load = [](const std::string& path, Pairing p) {
+        LoadOptions opt;
+        opt.pairing = p;
+        const Corpus c = loadCorpus(path, opt);
+        QStringList got;
+        for (const auto& x : c.pairs)
+            got << QString::fromStdString(x.prompt + "|" + x.response);
+        return std::make_pair(got, c.pairing);
+    };
+    QCOMPARE(load(yml, Pairing::Consecutive).first,
+        (QStringList { "hi|hello", "hello|how are you", "how are you|fine", "bye|see you" }));
+    QCOMPARE(load(yml, Pairing::FirstRest).first, (QStringList { "hi|hello how are you fine", "bye|see you" }));
+    QCOMPARE(load(yml, Pairing::FirstRest).second, Pairing::FirstRest);
+    QCOMPARE(load(txt, Pairing::FirstRest).first, (QStringList { "a|b c", "d|e" }));
+    QCOMPARE(load(jsonl, Pairing::FirstRest).first, (QStringList { "q|r1 r2" }));
+    QCOMPARE(pairingName(Pairing::FirstRest), std::string("first-rest"));
+    QCOMPARE(parsePairing("consecutive"), std::optional<Pairing>(Pairing::Consecutive));
+    QVERIFY(!parsePairing("first_rest"));
 }
 
 void TestCorpus::cornellFolder()

@@ -11,6 +11,8 @@
 
 #include <QFile>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -236,10 +238,19 @@ void TestRuns::runCorpusErrorsNameTheConfig()
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("gone.yml") && QString(e.what()).contains("config.json"), e.what());
     }
-    testutil::writeFile(dir, "gone.yml", "conversations:\n- - hello there\n  - hi\n");
+    testutil::writeFile(dir, "gone.yml", "conversations:\n- - hello there\n  - hi\n  - how are you\n");
     const Corpus c = loadRunCorpus(run);
-    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.pairs.size(), size_t(2));
     QCOMPARE(c.path, cfg.corpus);
+    // The run's pairing is how it is reloaded (for resume).
+    cfg.pairing = Pairing::FirstRest;
+    cfg.strictCorpus = true;
+    testutil::writeFile(dir, "run/config.json", QByteArray::fromStdString(toJson(cfg)));
+    QCOMPARE(loadRunConfig(run).pairing, Pairing::FirstRest);
+    QVERIFY(loadRunConfig(run).strictCorpus);
+    const Corpus firstRest = loadRunCorpus(run);
+    QCOMPARE(firstRest.pairs.size(), size_t(1));
+    QCOMPARE(firstRest.pairs[0].response, std::string("hi how are you"));
 }
 
 void TestRuns::corpusStatsByHand()
@@ -247,7 +258,8 @@ void TestRuns::corpusStatsByHand()
     Corpus c;
     c.format = CorpusFormat::Tsv;
     c.files = { "a.tsv" };
-    c.warnings = { "a.tsv:3: skipped" };
+    c.warnings = { { "a.tsv", 3, "expected exactly two tab-separated columns", CorpusWarning::Kind::Record },
+        { "a.tsv", 0, "no pairs", CorpusWarning::Kind::Note } };
     // Prompts of 1, 2, 3 words; responses of 2, 2, 4 words (Keras tokenizer: punctuation is dropped).
     c.pairs = { { "hi", "hello there", "a.tsv", 1 }, { "how are", "fine thanks!", "a.tsv", 2 },
         { "what is this", "a small test corpus", "a.tsv", 4 } };
@@ -261,12 +273,25 @@ void TestRuns::corpusStatsByHand()
     QCOMPARE(s.meanResponseWords, 8.0 / 3.0);
     QCOMPARE(s.promptLengths, (std::vector<int64_t> { 0, 1, 1, 1 }));
     QCOMPARE(s.responseLengths, (std::vector<int64_t> { 0, 0, 2, 0, 1 }));
-    QCOMPARE(s.warnings, c.warnings);
+    QCOMPARE(s.warnings.size(), c.warnings.size());
+    QCOMPARE(s.skippedRecords, int64_t(1));
+    QCOMPARE(s.skippedFiles, int64_t(0));
     QVERIFY(s.vocabulary > 4 && s.vocabulary <= 4 + 13);
     QVERIFY(s.validationOovRate >= 0 && s.validationOovRate <= 1);
     const QString text = QString::fromStdString(describe(s, "a.tsv"));
-    QVERIFY(text.contains("pairs        3"));
-    QVERIFY(text.contains("warning      a.tsv:3: skipped"));
+    QVERIFY(text.contains("pairs        3 (consecutive pairing)"));
+    QVERIFY(text.contains("warnings     1 malformed record skipped, 1 note"));
+    QVERIFY(text.contains("warning      a.tsv:3: expected exactly two tab-separated columns"));
+    QVERIFY(text.contains("warning      a.tsv: no pairs"));
+    // Only the first few when asked, the rest counted.
+    const QString shortText = QString::fromStdString(describe(s, "a.tsv", 1));
+    QVERIFY(!shortText.contains("no pairs"));
+    QVERIFY(shortText.contains("... and 1 more"));
+    const auto json = nlohmann::json::parse(toJson(s, "a.tsv"));
+    QCOMPARE(json["warnings"][0]["line"].get<long>(), 3L);
+    QCOMPARE(json["warnings"][0]["kind"].get<std::string>(), std::string("record"));
+    QCOMPARE(json["skipped_records"].get<int>(), 1);
+    QCOMPARE(json["pairing"].get<std::string>(), std::string("consecutive"));
 }
 
 QTEST_GUILESS_MAIN(TestRuns)

@@ -75,6 +75,7 @@ private Q_SLOTS:
     void batchedRepliesIgnorePadding();
     void decodingMethods();
     void untracedReplyMatchesTraced();
+    void tracedStepsMatchTheModules();
     void checkpointReloadsToSameReplies();
     void runFolderLayout();
     void resumeEqualsUninterruptedRun();
@@ -224,6 +225,92 @@ void TestTraining::untracedReplyMatchesTraced()
         DecodeOptions shortReply = untraced;
         shortReply.maxLength = 1;
         QVERIFY(bot.reply("how are you", shortReply).ids.size() <= 1);
+    }
+}
+
+void TestTraining::tracedStepsMatchTheModules()
+{
+    // Greedy and sampled replies on the CPU step on the fast path and record its states and
+    // gates; beam search with one hypothesis is greedy decoding stepped through the modules and
+    // the hand-written gate replay. Both traces must agree, on 1 and 2 layers, in all three
+    // handoff modes.
+    QTemporaryDir dir;
+    TrainConfig deep = smallConfig();
+    deep.model.layers = 2;
+    deep.model.embedDim = 16;
+    deep.model.hidden = 24;
+    deep.epochs = 5;
+    const std::string deepRun = dir.filePath("deep").toStdString();
+    train(deep, smallCorpus(), deepRun);
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+        if (a.size() != b.size())
+            return false;
+        for (size_t k = 0; k < a.size(); ++k)
+            if (std::abs(a[k] - b[k]) > 1e-5f)
+                return false;
+        return true;
+    };
+    auto sameStates = [&](const std::vector<LayerState>& a, const std::vector<LayerState>& b) {
+        if (a.size() != b.size())
+            return false;
+        for (size_t l = 0; l < a.size(); ++l)
+            if (!close(a[l].h, b[l].h) || !close(a[l].c, b[l].c))
+                return false;
+        return true;
+    };
+    for (const std::string& run : { m_run, deepRun }) {
+        const Chatbot bot = Chatbot::load(run);
+        for (HandoffMode mode : { HandoffMode::Correct, HandoffMode::ZeroInit, HandoffMode::ResetEachStep }) {
+            DecodeOptions fast, general;
+            fast.handoff = general.handoff = mode;
+            general.method = DecodeMethod::Beam;
+            general.beamWidth = 1;
+            for (const std::string p : { "how are you", "zebra crossing quickly" }) {
+                const Reply a = bot.reply(p, fast), b = bot.reply(p, general);
+                const QString where = QString::fromStdString(run + " / " + handoffModeName(mode) + " / " + p);
+                QVERIFY2(a.ids == b.ids, qPrintable(where));
+                QVERIFY2(std::abs(a.score - b.score) < 1e-4, qPrintable(where));
+                const StateTrace &x = a.trace, &y = b.trace;
+                QVERIFY(sameStates(x.encoderFinal, y.encoderFinal));
+                QVERIFY(sameStates(x.decoderInitial, y.decoderInitial));
+                QCOMPARE(x.encoderTopH.size(), y.encoderTopH.size());
+                for (size_t s = 0; s < x.encoderTopH.size(); ++s)
+                    QVERIFY(close(x.encoderTopH[s], y.encoderTopH[s]));
+                QCOMPARE(x.steps.size(), y.steps.size());
+                for (size_t t = 0; t < x.steps.size(); ++t) {
+                    const DecoderStep &s = x.steps[t], &u = y.steps[t];
+                    QCOMPARE(s.inputId, u.inputId);
+                    QCOMPARE(s.chosenWord, u.chosenWord);
+                    QVERIFY(sameStates(s.stateIn, u.stateIn));
+                    QVERIFY(sameStates(s.stateOut, u.stateOut));
+                    QVERIFY(close(s.inputGate, u.inputGate) && close(s.forgetGate, u.forgetGate));
+                    QVERIFY(close(s.cellGate, u.cellGate) && close(s.outputGate, u.outputGate));
+                    QCOMPARE(s.topK.size(), u.topK.size());
+                    QCOMPARE(s.topK.front().id, u.topK.front().id);
+                    QVERIFY(std::abs(s.topK.front().probability - u.topK.front().probability) < 1e-5);
+                }
+                // The same verdicts, with differences of the same size.
+                const TraceChecks &c = x.checks, &d = y.checks;
+                QCOMPARE(c.handoffEqual, d.handoffEqual);
+                QCOMPARE(c.stateCarried, d.stateCarried);
+                QCOMPARE(c.teacherForcedEqual, d.teacherForcedEqual);
+                QVERIFY(std::abs(c.handoffMaxDiff - d.handoffMaxDiff) < 1e-5);
+                QVERIFY(std::abs(c.carriedMaxDiff - d.carriedMaxDiff) < 1e-5);
+                QVERIFY(std::abs(c.teacherForcedMaxDiff - d.teacherForcedMaxDiff) < 1e-4);
+                QVERIFY2(c.gateReplayMaxDiff < 1e-5, qPrintable(where));
+                // (A one-step reply never resets its state.)
+                const bool wired
+                    = mode == HandoffMode::Correct || (mode == HandoffMode::ResetEachStep && x.steps.size() < 2);
+                QCOMPARE(c.handoffEqual && c.stateCarried && c.teacherForcedEqual, wired);
+            }
+        }
+        // A sampled reply is traced too, and its steps carry the state.
+        DecodeOptions sample;
+        sample.method = DecodeMethod::Sample;
+        sample.seed = 3;
+        const Reply s = bot.reply("tell me a joke", sample);
+        QVERIFY(!s.trace.steps.empty());
+        QVERIFY(s.trace.checks.handoffEqual && s.trace.checks.stateCarried && s.trace.checks.teacherForcedEqual);
     }
 }
 

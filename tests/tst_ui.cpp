@@ -104,7 +104,7 @@ void TestUi::loadingCorpusFillsStats()
     corpus->load(kCorpus);
     QVERIFY(loaded.wait(30000));
     const size_t pairs = loadCorpus(kCorpus).pairs.size(); // the engine's own count, loaded independently
-    QCOMPARE(corpus->pairsLabel()->text(), QString::number(pairs));
+    QCOMPARE(corpus->pairsLabel()->text(), QString("%1 (consecutive pairing)").arg(pairs));
     QCOMPARE(corpus->preview()->model()->rowCount(), static_cast<int>(pairs));
     QVERIFY(corpus->errorLabel()->isHidden());
     QVERIFY(qobject_cast<QCPBars*>(corpus->histogram()->plottable(0))->data()->size() > 3);
@@ -122,8 +122,10 @@ void TestUi::loadingCorpusFillsStats()
 void TestUi::badCorpusShowsErrorAndWindowStaysUsable()
 {
     auto* corpus = m_window->corpusView();
-    const QString bad
-        = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", "hello\thi\nno tab on this line\n"));
+    const QString bad = QString::fromStdString(
+        testutil::writeFile(m_dir, "bad.tsv", "hello\thi\nno tab on this line\nhow are you\tfine\n"));
+    // Strict: the first bad record fails the load, named by file:line.
+    corpus->strictBox()->setChecked(true);
     QSignalSpy failed(m_window->engine(), &EngineController::failed);
     corpus->load(bad);
     QVERIFY(failed.wait(30000));
@@ -132,10 +134,43 @@ void TestUi::badCorpusShowsErrorAndWindowStaysUsable()
     QVERIFY2(corpus->errorLabel()->text().contains(bad + ":2:"), qPrintable(corpus->errorLabel()->text()));
     // The previous corpus stays loaded and the window keeps working.
     QVERIFY(corpus->isLoaded());
+    QVERIFY(corpus->warningList()->count() == 0);
+
+    // Tolerant (unticking reloads): the good records load, the bad one is listed, and clicking it
+    // shows the source line and selects the next kept pair in the preview.
     QSignalSpy loaded(m_window->engine(), &EngineController::corpusLoaded);
+    corpus->strictBox()->setChecked(false); // reloads the corpus still open
+    QVERIFY(loaded.wait(30000));
+    corpus->load(bad);
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(corpus->errorLabel()->isHidden());
+    QCOMPARE(corpus->pairsLabel()->text(), QString("2 (consecutive pairing)"));
+    QCOMPARE(corpus->warningList()->count(), 1);
+    QVERIFY(corpus->warningList()->item(0)->text().startsWith("bad.tsv:2: "));
+    corpus->warningList()->setCurrentRow(0);
+    QVERIFY2(corpus->sourceExcerpt()->text().contains("▶    2 | no tab on this line"),
+        qPrintable(corpus->sourceExcerpt()->text()));
+    const QModelIndex current = corpus->preview()->currentIndex();
+    QVERIFY(current.isValid());
+    QCOMPARE(corpus->preview()->model()->index(current.row(), 0).data().toString(), QString("how are you"));
+
+    // The pairing option reloads and is shown.
+    const QString dialog
+        = QString::fromStdString(testutil::writeFile(m_dir, "dialog.txt", "a b\nc d\ne f\n\ng h\ni j\n"));
+    corpus->load(dialog);
+    QVERIFY(loaded.wait(30000));
+    QCOMPARE(corpus->pairsLabel()->text(), QString("3 (consecutive pairing)"));
+    corpus->pairingBox()->setCurrentIndex(corpus->pairingBox()->findData(static_cast<int>(Pairing::FirstRest)));
+    QVERIFY(loaded.wait(30000));
+    QCOMPARE(corpus->pairsLabel()->text(), QString("2 (first-rest pairing)"));
+    QCOMPARE(corpus->preview()->model()->index(0, 1).data().toString(), QString("c d e f"));
+    corpus->pairingBox()->setCurrentIndex(corpus->pairingBox()->findData(static_cast<int>(Pairing::Consecutive)));
+    QVERIFY(loaded.wait(30000));
+
     corpus->load(kCorpus);
     QVERIFY(loaded.wait(30000));
     QVERIFY(corpus->errorLabel()->isHidden());
+    QVERIFY(corpus->warningList()->count() == 0);
 }
 
 void TestUi::trainProducesProgressAndPlotPoints()
@@ -410,9 +445,9 @@ void TestUi::compareRunsBenchmarkHere()
     QCOMPARE(compare->sources().size(), before + 1);
     const auto& local = compare->sources().back();
     QVERIFY(local.local);
-    // cpu fp32: train steps at 2 and 4, replies at 1, 2, 4, one epoch.
-    QCOMPARE(local.report.rows.size(), size_t(6));
-    QCOMPARE(rows.count(), 6);
+    // cpu fp32: train steps at 2 and 4, replies at 1, 2, 4, the traced reply, one epoch.
+    QCOMPARE(local.report.rows.size(), size_t(7));
+    QCOMPARE(rows.count(), 7);
     QCOMPARE(local.report.races.size(), size_t(1));
     // Export writes the report selected in the list: the local run, then an earlier one.
     auto exported = [&](int row) {

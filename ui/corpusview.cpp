@@ -6,6 +6,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDragEnterEvent>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -14,6 +15,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QMimeData>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
@@ -38,6 +40,7 @@ public:
         return parent.isValid() || !m_pairs ? 0 : static_cast<int>(m_pairs->size());
     }
     int columnCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : 3; }
+    const Pair& pair(int row) const { return (*m_pairs)[static_cast<size_t>(row)]; }
     QVariant data(const QModelIndex& index, int role) const override
     {
         if (!m_pairs || (role != Qt::DisplayRole && role != Qt::ToolTipRole))
@@ -75,6 +78,13 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     for (const std::string& name : formatNames())
         m_format->addItem(QString::fromStdString(name), static_cast<int>(*parseFormat(name)));
     m_latin1 = new QCheckBox(tr("Latin-1"));
+    m_pairing = new QComboBox;
+    m_pairing->addItem(tr("consecutive turns"), static_cast<int>(Pairing::Consecutive));
+    m_pairing->addItem(tr("first turn → rest"), static_cast<int>(Pairing::FirstRest));
+    m_pairing->setToolTip(tr("How a conversation's turns become pairs: every turn answers the one before it, or "
+                             "the first turn is answered by all the others joined (the Keras recipe)"));
+    m_strict = new QCheckBox(tr("strict"));
+    m_strict->setToolTip(tr("Fail on the first malformed record instead of skipping it and listing it below"));
     m_mode = new QComboBox;
     m_mode->addItem(tr("Keras tokenizer"), static_cast<int>(TokenizerMode::Keras));
     m_mode->addItem(tr("punctuation-aware"), static_cast<int>(TokenizerMode::Punctuation));
@@ -89,6 +99,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     bar->addWidget(new QLabel(tr("format")));
     bar->addWidget(m_format);
     bar->addWidget(m_latin1);
+    bar->addWidget(m_pairing);
+    bar->addWidget(m_strict);
     bar->addSpacing(16);
     bar->addWidget(m_mode);
     bar->addWidget(m_minFreq);
@@ -132,6 +144,25 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     responseBars->setBrush(QColor(230, 120, 20, 170));
     responseBars->setWidth(0.45);
 
+    // What loading skipped: one row per record or file, file:line; a click shows the source there.
+    m_warningList = new QListWidget;
+    m_warningList->setAlternatingRowColors(true);
+    m_source = new QLabel;
+    m_source->setTextFormat(Qt::PlainText);
+    m_source->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_source->setFont(QFont("monospace", 9));
+    m_source->setWordWrap(true);
+    m_source->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    m_source->setStyleSheet("QLabel { background: #f6f6f6; border: 1px solid #ddd; padding: 4px; }");
+    m_source->setText(tr("Click a warning to see the source lines around it."));
+    auto* warnLayout = new QHBoxLayout;
+    warnLayout->addWidget(m_warningList, 1);
+    warnLayout->addWidget(m_source, 1);
+    m_warningBox = new QGroupBox(tr("Skipped while loading"));
+    m_warningBox->setLayout(warnLayout);
+    m_warningBox->setMaximumHeight(170);
+    m_warningBox->hide();
+
     auto* top = new QHBoxLayout;
     top->addWidget(statsBox);
     top->addWidget(m_hist, 1);
@@ -158,6 +189,7 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     layout->addLayout(bar);
     layout->addWidget(m_error);
     layout->addLayout(top, 2);
+    layout->addWidget(m_warningBox);
     layout->addWidget(m_filter);
     layout->addWidget(m_table, 3);
 
@@ -172,10 +204,16 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
         if (m_loaded)
             load(m_path);
     });
-    connect(m_mode, &QComboBox::currentIndexChanged, this, [this] {
+    for (QComboBox* box : { m_mode, m_pairing })
+        connect(box, &QComboBox::currentIndexChanged, this, [this] {
+            if (m_loaded)
+                load(m_path);
+        });
+    connect(m_strict, &QCheckBox::toggled, this, [this] {
         if (m_loaded)
             load(m_path);
     });
+    connect(m_warningList, &QListWidget::currentRowChanged, this, &CorpusView::showWarning);
     connect(m_engine, &EngineController::corpusLoaded, this, &CorpusView::showSummary);
 }
 
@@ -193,6 +231,8 @@ void CorpusView::load(const QString& path)
     r.path = path;
     r.format = static_cast<CorpusFormat>(m_format->currentData().toInt());
     r.latin1 = m_latin1->isChecked();
+    r.pairing = static_cast<Pairing>(m_pairing->currentData().toInt());
+    r.strict = m_strict->isChecked();
     r.tokenizer = tokenizerOptions();
     m_error->hide();
     m_pathLabel->setText(tr("loading %1…").arg(path));
@@ -231,13 +271,25 @@ void CorpusView::showSummary(const CorpusSummary& s)
     const chatbench::CorpusStats& st = s.stats;
     m_formatLabel->setText(
         tr("%1 (%2 file(s))").arg(QString::fromStdString(chatbench::formatName(st.format))).arg(st.files));
-    m_pairs->setText(QString::number(st.pairs));
+    m_pairs->setText(tr("%1 (%2 pairing)").arg(st.pairs).arg(QString::fromStdString(pairingName(st.pairing))));
     m_vocab->setText(tr("%1 words at min frequency %2").arg(st.vocabulary).arg(st.tokenizer.minFrequency));
     m_oov->setText(QString("%1 %").arg(100 * st.validationOovRate, 0, 'f', 1));
-    QStringList warnings;
-    for (const auto& w : st.warnings)
-        warnings << QString::fromStdString(w);
-    m_warnings->setText(warnings.isEmpty() ? tr("none") : warnings.join("\n"));
+    m_warningItems = st.warnings;
+    m_warningList->clear();
+    for (const auto& w : st.warnings) {
+        auto* item = new QListWidgetItem(
+            QString::fromStdString((QFileInfo(QString::fromStdString(w.file)).fileName().toStdString())
+                + (w.line > 0 ? ":" + std::to_string(w.line) : "") + ": " + w.message));
+        item->setToolTip(QString::fromStdString(toString(w)));
+        if (w.kind != CorpusWarning::Kind::Note)
+            item->setForeground(QColor(160, 60, 0));
+        m_warningList->addItem(item);
+    }
+    m_warnings->setText(st.warnings.empty()
+            ? tr("none")
+            : QString::fromStdString(describeWarnings(st.warnings, 0)).section('\n', 0, 0) + tr(" (listed below)"));
+    m_warningBox->setVisible(!st.warnings.empty());
+    m_source->setText(tr("Click a warning to see the source lines around it."));
     auto bars = [&](int i, const std::vector<int64_t>& h, double offset) {
         auto* b = qobject_cast<QCPBars*>(m_hist->plottable(i));
         QVector<double> x, y;
@@ -260,6 +312,50 @@ void CorpusView::dragEnterEvent(QDragEnterEvent* event)
 {
     if (event->mimeData()->hasUrls())
         event->acceptProposedAction();
+}
+
+void CorpusView::showWarning(int row)
+{
+    if (row < 0 || static_cast<size_t>(row) >= m_warningItems.size())
+        return;
+    const CorpusWarning& w = m_warningItems[static_cast<size_t>(row)];
+    const QString file = QString::fromStdString(w.file);
+    // The source lines around the problem, the line itself marked.
+    QFile f(file);
+    QStringList excerpt;
+    if (w.line > 0 && f.open(QIODevice::ReadOnly)) {
+        const long from = std::max(1L, w.line - 3), to = w.line + 3;
+        long n = 0;
+        while (!f.atEnd() && n < to) {
+            const QByteArray raw = f.readLine(4096);
+            ++n;
+            if (n < from)
+                continue;
+            QString text = QString::fromUtf8(raw);
+            text.remove('\n').remove('\r');
+            excerpt << QString("%1%2 | %3").arg(n == w.line ? "▶" : " ").arg(n, 5).arg(text.left(160));
+        }
+    }
+    m_source->setText(QFileInfo(file).fileName() + (w.line > 0 ? QString(":%1").arg(w.line) : QString()) + "  "
+        + QString::fromStdString(w.message) + (excerpt.isEmpty() ? QString() : "\n\n" + excerpt.join("\n")));
+    // In the preview: the pair kept nearest after the skipped record in the same file.
+    m_filter->clear();
+    int best = -1;
+    long bestLine = 0;
+    for (int r = 0; r < m_model->rowCount(); ++r) {
+        const Pair& p = m_model->pair(r);
+        if (p.file != w.file || p.line < w.line)
+            continue;
+        if (best < 0 || p.line < bestLine) {
+            best = r;
+            bestLine = p.line;
+        }
+    }
+    if (best >= 0) {
+        const QModelIndex at = m_proxy->mapFromSource(m_model->index(best, 0));
+        m_table->setCurrentIndex(at);
+        m_table->scrollTo(at, QAbstractItemView::PositionAtCenter);
+    }
 }
 
 void CorpusView::dropEvent(QDropEvent* event)

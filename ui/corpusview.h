@@ -1,6 +1,7 @@
 #pragma once
 // The Corpus tab: open a file or folder (dialogs or drag and drop), the detected format, errors
-// as file:line, statistics, length histograms, tokenizer options and a filterable preview.
+// as file:line, the pairing and strictness, what loading skipped (each with the source around
+// it), statistics, length histograms, tokenizer options and a filterable preview.
 
 #include "enginecontroller.h"
 
@@ -8,6 +9,8 @@
 
 class QCheckBox;
 class QComboBox;
+class QGroupBox;
+class QListWidget;
 class QCustomPlot;
 class QLabel;
 class QLineEdit;
@@ -31,6 +34,10 @@ public:
     QLabel* errorLabel() const { return m_error; }
     QLabel* pairsLabel() const { return m_pairs; }
     QTableView* preview() const { return m_table; }
+    QListWidget* warningList() const { return m_warningList; }
+    QLabel* sourceExcerpt() const { return m_source; }
+    QComboBox* pairingBox() const { return m_pairing; }
+    QCheckBox* strictBox() const { return m_strict; }
     QLineEdit* filter() const { return m_filter; }
     QCustomPlot* histogram() const { return m_hist; }
 
@@ -48,10 +55,13 @@ protected:
 
 private:
     void showSummary(const CorpusSummary& s);
+    void showWarning(int row); // the source around warning `row`, and the nearest kept pair
 
     EngineController* m_engine;
     QComboBox* m_format = nullptr;
     QCheckBox* m_latin1 = nullptr;
+    QComboBox* m_pairing = nullptr;
+    QCheckBox* m_strict = nullptr;
     QComboBox* m_mode = nullptr;
     QSpinBox* m_minFreq = nullptr;
     QLabel* m_error = nullptr;
@@ -60,7 +70,11 @@ private:
     QLabel* m_pairs = nullptr;
     QLabel* m_vocab = nullptr;
     QLabel* m_oov = nullptr;
-    QLabel* m_warnings = nullptr;
+    QLabel* m_warnings = nullptr; // the summary line
+    QGroupBox* m_warningBox = nullptr;
+    QListWidget* m_warningList = nullptr;
+    QLabel* m_source = nullptr;
+    std::vector<chatbench::CorpusWarning> m_warningItems;
     QCustomPlot* m_hist = nullptr;
     QLineEdit* m_filter = nullptr;
     QTableView* m_table = nullptr;

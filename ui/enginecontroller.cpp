@@ -55,6 +55,8 @@ public:
                 LoadOptions opt;
                 opt.format = req.format;
                 opt.latin1 = req.latin1;
+                opt.pairing = req.pairing;
+                opt.strict = req.strict;
                 auto corpus = std::make_shared<Corpus>(chatbench::loadCorpus(req.path.toStdString(), opt));
                 CorpusSummary s;
                 s.request = req;
@@ -63,6 +65,7 @@ public:
                 m_corpus = corpus;
                 m_corpusPath = req.path;
                 m_latin1 = req.latin1;
+                m_strict = req.strict;
                 Q_EMIT corpusLoaded(s);
             },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Corpus); });
@@ -78,6 +81,7 @@ public:
         cfg.corpus = m_corpusPath.toStdString();
         cfg.corpusFormat = m_corpus->format;
         cfg.latin1 = m_latin1;
+        cfg.strictCorpus = m_strict;
         run(runDir,
             [&](const TrainCallbacks& cb) { return chatbench::train(cfg, *m_corpus, runDir.toStdString(), cb); });
     }
@@ -178,6 +182,7 @@ private:
     std::shared_ptr<Corpus> m_corpus;
     QString m_corpusPath;
     bool m_latin1 = false;
+    bool m_strict = false;
 };
 
 // ---- chat thread --------------------------------------------------------------------------

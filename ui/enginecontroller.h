@@ -39,6 +39,8 @@ struct CorpusRequest {
     QString path;
     chatbench::CorpusFormat format = chatbench::CorpusFormat::Auto;
     bool latin1 = false;
+    chatbench::Pairing pairing = chatbench::Pairing::Consecutive;
+    bool strict = false; // fail on the first malformed record instead of skipping it
     chatbench::TokenizerOptions tokenizer; // for the vocabulary and OOV figures
 };
 

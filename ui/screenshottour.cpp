@@ -14,6 +14,7 @@
 #include <QDir>
 #include <QEventLoop>
 #include <QFile>
+#include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QTabWidget>
@@ -144,6 +145,24 @@ int ScreenshotTour::run()
     corpus->load(bad);
     ok = waitFor(engine, &EngineController::failed, 30000) && ok;
     shot("08-corpus-error");
+
+    // 5b. A corpus with one malformed record among good ones (a plain text where a list of turns
+    // was meant, as in the published chatterbot corpus): the rest loads, the record is listed
+    // with file:line, and a click shows the source there.
+    QDir(tmp.path()).mkdir("quiz");
+    QFile good(tmp.filePath("quiz/greetings.yml")), quiz(tmp.filePath("quiz/trivia.yml"));
+    if (good.open(QIODevice::WriteOnly))
+        good.write(
+            "conversations:\n- - Hello\n  - Hi there\n- - How are you?\n  - Fine, thanks.\n  - Glad to hear it.\n");
+    good.close();
+    if (quiz.open(QIODevice::WriteOnly))
+        quiz.write("categories:\n- trivia\nconversations:\n- - Which planet is known as the red planet?\n  - Mars\n"
+                   "- How many legs does a spider have?\n  - '8'\n- - What is the largest ocean?\n  - The Pacific\n");
+    quiz.close();
+    corpus->load(tmp.filePath("quiz"));
+    ok = waitFor(engine, &EngineController::corpusLoaded, 30000) && ok;
+    corpus->warningList()->setCurrentRow(0);
+    shot("08b-corpus-skipped");
 
     // 6. Compare: benchmark this machine (fp32 and bf16, a race) beside imported reports.
     corpus->load(m_window->corpusView()->currentPath());

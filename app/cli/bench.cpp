@@ -20,7 +20,7 @@ using namespace chatbench;
 
 struct BenchArgs {
     std::string corpus;
-    std::string format = formatName(CorpusFormat::Auto);
+    CorpusFlags corpusFlags;
     BenchConfig cfg;
     std::vector<std::string> precisions = { benchPrecisionName(BenchPrecision::FP32) };
     std::string out = "bench-report.json";
@@ -77,7 +77,7 @@ int run(BenchArgs a)
     a.cfg.precisions.clear();
     for (const auto& p : a.precisions)
         a.cfg.precisions.push_back(*parseBenchPrecision(p));
-    const Corpus corpus = loadCorpusArg(a.corpus, a.format, false);
+    const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();
     const bool tty = ::isatty(STDERR_FILENO);
@@ -112,7 +112,7 @@ void addBenchCommand(CLI::App& app, int& exitCode)
     auto* cmd = app.add_subcommand(
         "bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
     cmd->add_option("--corpus", a->corpus, "Corpus (default: the bundled corpus)");
-    cmd->add_option("--format", a->format, "Corpus format: " + joinNames(formatNames()))->check(oneOf(formatNames()));
+    addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--preset", a->cfg.preset, "Model preset: seed, quick, large")
         ->check(oneOf(presetNames()))
         ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 
 namespace cli {
@@ -36,16 +37,40 @@ CLI::IsMember oneOf(const std::vector<std::string>& names)
     return CLI::IsMember(names);
 }
 
-chatbench::Corpus loadCorpusArg(const std::string& path, const std::string& format, bool latin1)
+chatbench::LoadOptions CorpusFlags::options() const
 {
-    const auto f = chatbench::parseFormat(format);
-    if (!f)
-        throw chatbench::Error(
-            "unknown corpus format '" + format + "' (" + chatbench::joinNames(chatbench::formatNames()) + ")");
     chatbench::LoadOptions opt;
-    opt.format = *f;
+    opt.format = *chatbench::parseFormat(format);
     opt.latin1 = latin1;
-    return chatbench::loadCorpus(path, opt);
+    opt.pairing = *chatbench::parsePairing(pairing);
+    opt.strict = strict;
+    return opt;
+}
+
+void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
+{
+    using namespace chatbench;
+    cmd->add_option("--format", f.format, "Corpus format: " + joinNames(formatNames()))
+        ->check(oneOf(formatNames()))
+        ->capture_default_str();
+    cmd->add_flag("--latin1", f.latin1, "Decode the corpus as Latin-1 instead of UTF-8");
+    cmd->add_option("--pairing", f.pairing,
+           "How turns become pairs: consecutive (every turn answers the one before) or first-rest (the first turn "
+           "answered by the others joined, as the Keras recipe does)")
+        ->check(oneOf(pairingNames()))
+        ->capture_default_str();
+    cmd->add_flag("--strict", f.strict, "Fail on the first malformed record instead of skipping it");
+    cmd->add_flag("--verbose", f.verbose, "List every skipped record");
+}
+
+chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags)
+{
+    chatbench::Corpus c = chatbench::loadCorpus(path, flags.options());
+    const size_t shown = flags.verbose ? c.warnings.size() : kWarningsShown;
+    std::cerr << chatbench::describeWarnings(c.warnings, shown);
+    if (c.warnings.size() > shown)
+        std::cerr << "(--verbose lists them all)\n";
+    return c;
 }
 
 std::string fixed(double v, int digits)

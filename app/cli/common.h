@@ -26,8 +26,21 @@ void installSignalHandlers();
 // A CLI11 check accepting exactly `names`, the engine's spellings.
 CLI::IsMember oneOf(const std::vector<std::string>& names);
 
-// Loads a corpus named on the command line; `format` is one of chatbench::formatNames().
-chatbench::Corpus loadCorpusArg(const std::string& path, const std::string& format, bool latin1);
+// How a command loads its corpus: --format, --latin1, --pairing, --strict, --verbose.
+struct CorpusFlags {
+    std::string format = chatbench::formatName(chatbench::CorpusFormat::Auto);
+    bool latin1 = false;
+    std::string pairing = chatbench::pairingName(chatbench::Pairing::Consecutive);
+    bool strict = false;
+    bool verbose = false; // list every skipped record, not the first few
+    chatbench::LoadOptions options() const;
+};
+void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);
+inline constexpr size_t kWarningsShown = 5; // skipped records listed without --verbose
+
+// Loads a corpus named on the command line and reports what was skipped on stderr: a summary
+// and the first few warnings (all with --verbose).
+chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags);
 
 // `v` with `digits` decimals.
 std::string fixed(double v, int digits);

@@ -12,8 +12,7 @@ namespace {
 
 struct CorpusArgs {
     std::string path;
-    std::string format = chatbench::formatName(chatbench::CorpusFormat::Auto);
-    bool latin1 = false;
+    CorpusFlags corpus;
     int minFrequency = 1;
     std::string mode = chatbench::tokenizerModeName(chatbench::TokenizerOptions {}.mode);
     bool json = false;
@@ -21,22 +20,28 @@ struct CorpusArgs {
 
 int stats(const CorpusArgs& a)
 {
-    const chatbench::Corpus c = loadCorpusArg(a.path, a.format, a.latin1);
+    // The table (or JSON) lists the skipped records itself.
+    const chatbench::Corpus c = chatbench::loadCorpus(a.path, a.corpus.options());
     chatbench::TokenizerOptions topt;
     topt.minFrequency = a.minFrequency;
     topt.mode = *chatbench::parseTokenizerMode(a.mode);
     const chatbench::CorpusStats s = chatbench::corpusStats(c, topt);
-    std::cout << (a.json ? chatbench::toJson(s, a.path) : chatbench::describe(s, a.path));
+    std::cout << (a.json ? chatbench::toJson(s, a.path)
+                         : chatbench::describe(s, a.path, a.corpus.verbose ? s.warnings.size() : kWarningsShown));
+    if (!a.json && !a.corpus.verbose && s.warnings.size() > kWarningsShown)
+        std::cout << "(--verbose lists them all)\n";
     return 0;
 }
 
 int validate(const CorpusArgs& a)
 {
-    const chatbench::Corpus c = loadCorpusArg(a.path, a.format, a.latin1);
-    std::cout << "ok: " << c.pairs.size() << " pairs in " << c.files.size() << " file(s), format "
-              << chatbench::formatName(c.format) << "\n";
-    for (const auto& w : c.warnings)
-        std::cout << "warning: " << w << "\n";
+    const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
+    std::cout << "ok: " << c.pairs.size() << " pairs (" << chatbench::pairingName(c.pairing) << " pairing) in "
+              << c.files.size() << " file(s), format " << chatbench::formatName(c.format);
+    if (c.skippedRecords() + c.skippedFiles() > 0)
+        std::cout << "; skipped " << c.skippedRecords() << " malformed record(s) and " << c.skippedFiles()
+                  << " unreadable file(s)";
+    std::cout << "\n";
     return 0;
 }
 
@@ -48,12 +53,11 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     auto* corpus = app.add_subcommand("corpus", "Inspect a corpus");
     corpus->require_subcommand(1);
     auto* statsCmd = corpus->add_subcommand("stats", "Pairs, vocabulary, OOV rate and lengths");
-    auto* validateCmd = corpus->add_subcommand("validate", "Load every record; report the first problem as file:line");
+    auto* validateCmd = corpus->add_subcommand(
+        "validate", "Load every record; report what is skipped as file:line (--strict: fail on the first)");
     for (auto* sub : { statsCmd, validateCmd }) {
         sub->add_option("path", args->path, "Corpus file or folder")->required();
-        sub->add_option("--format", args->format, chatbench::joinNames(chatbench::formatNames()))
-            ->check(oneOf(chatbench::formatNames()));
-        sub->add_flag("--latin1", args->latin1, "Decode as Latin-1 instead of UTF-8");
+        addCorpusFlags(sub, args->corpus);
     }
     statsCmd->add_option("--min-freq", args->minFrequency, "Minimum word frequency")->check(CLI::Range(1, 1000000));
     statsCmd->add_option("--tokenizer", args->mode, chatbench::joinNames(chatbench::tokenizerModeNames()))

@@ -22,8 +22,7 @@ using namespace chatbench;
 
 struct TrainArgs {
     std::string corpus;
-    std::string format = formatName(CorpusFormat::Auto);
-    bool latin1 = false;
+    CorpusFlags corpusFlags;
     std::string preset = "seed";
     std::string run = "runs/latest";
     bool resume = false;
@@ -80,8 +79,11 @@ TrainConfig configFrom(const TrainArgs& a)
     if (a.noBucketing)
         c.bucketing = false;
     c.corpus = a.corpus;
-    c.corpusFormat = *parseFormat(a.format);
-    c.latin1 = a.latin1;
+    const LoadOptions opt = a.corpusFlags.options();
+    c.corpusFormat = opt.format;
+    c.latin1 = opt.latin1;
+    c.pairing = opt.pairing;
+    c.strictCorpus = opt.strict;
     return c;
 }
 
@@ -116,14 +118,14 @@ int run(const TrainArgs& a)
     if (a.resume) {
         // The run's own corpus, unless the user names another (then the fingerprint must match).
         r = a.corpus.empty() ? resume(a.run, cb, a.epochs.value_or(0))
-                             : resume(a.run, loadCorpusArg(a.corpus, a.format, a.latin1), cb, a.epochs.value_or(0));
+                             : resume(a.run, loadCorpusArg(a.corpus, a.corpusFlags), cb, a.epochs.value_or(0));
     } else {
         TrainArgs args = a;
         if (args.corpus.empty())
             args.corpus = defaultCorpusPath();
         const TrainConfig cfg = configFrom(args);
         validate(cfg);
-        const Corpus corpus = loadCorpusArg(args.corpus, args.format, args.latin1);
+        const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags);
         std::cout << "training preset '" << cfg.preset << "' on " << args.corpus << " (" << corpus.pairs.size()
                   << " pairs) into " << a.run << std::endl;
         r = train(cfg, corpus, a.run, cb);
@@ -143,8 +145,7 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     auto a = std::make_shared<TrainArgs>();
     auto* cmd = app.add_subcommand("train", "Train a chatbot into a run folder (Ctrl-C stops and checkpoints)");
     cmd->add_option("--corpus", a->corpus, "Corpus file or folder (default: the bundled corpus)");
-    cmd->add_option("--format", a->format, "Corpus format: " + joinNames(formatNames()))->check(oneOf(formatNames()));
-    cmd->add_flag("--latin1", a->latin1, "Decode the corpus as Latin-1");
+    addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--preset", a->preset, "seed (the Keras recipe), quick, large")->check(oneOf(presetNames()));
     cmd->add_option("--run", a->run, "Run folder")->capture_default_str();
     cmd->add_flag("--resume", a->resume, "Continue the run in --run from its last checkpoint");

@@ -8,6 +8,7 @@
 #include "fastdecode.h"
 #include "model.h"
 #include "torchutil.h"
+#include "tracedreply.h"
 #include "trainstep.h"
 
 #include <algorithm>
@@ -92,8 +93,15 @@ struct Bench {
     TrainConfig train;
     std::vector<Example> examples;
     BenchReport& report;
+    const Tokenizer* tok = nullptr; // the examples' vocabulary (words for the traced reply)
     int done = 0;
     int total = 0;
+
+    // The chat pane's traced reply is timed where chat runs it on the fast path.
+    static bool tracesFast(const torch::Device& dev, BenchPrecision p, const ModelConfig& m)
+    {
+        return dev.is_cpu() && p == BenchPrecision::FP32 && !m.attention;
+    }
 
     bool cancelled() const { return cb.cancel && cb.cancel->load(); }
     void progress(const std::string& what)
@@ -216,9 +224,9 @@ struct Bench {
                 = row(dev, precision, usedThreads, B, B == 1 ? BenchUnit::ReplyLatency : BenchUnit::ReplyThroughput);
             // A lone question on the CPU in fp32 takes the engine's untraced batch-1 path, as
             // Chatbot::reply does with DecodeOptions::trace off.
-            if (B == 1 && dev.is_cpu() && p == Precision::FP32 && !train.model.attention) {
+            if (B == 1 && tracesFast(dev, precision, train.model)) {
                 model->eval();
-                const FastGreedy fast(*model);
+                const FastDecoder fast(*model);
                 const std::vector<int64_t>& source = examples[pick(1).front()].source;
                 r.time = measure(
                     dev, [&] { (void)fast.reply(source, cfg.replyLength, /*stopAtEnd=*/false); }, cfg.warmup,
@@ -229,6 +237,27 @@ struct Bench {
             }
             r.tokensPerSecond = static_cast<double>(B) * cfg.replyLength / r.time.median;
             r.gflops = batchFlops(train.model, b, cfg.replyLength, false) / r.time.median / 1e9;
+            emit(r, ceiling);
+        }
+        if (tracesFast(dev, precision, train.model) && !cancelled()) {
+            // The reply the chat pane asks for: every step's states, gates and top-k, and the
+            // three checks (FLOPs counted for the reply alone, the checks' passes not).
+            progress("traced reply " + label);
+            model->eval();
+            const FastDecoder fast(*model);
+            const std::vector<int64_t>& source = examples[pick(1).front()].source;
+            BenchRow r = row(dev, precision, usedThreads, 1, BenchUnit::TracedReply);
+            DecodeOptions opt;
+            r.time = measure(
+                dev,
+                [&] {
+                    Reply rep;
+                    tracedReply(fast, *model, *tok, source, opt, cfg.replyLength, /*stopAtEnd=*/false, rep);
+                },
+                cfg.warmup, cfg.repeats, r);
+            r.tokensPerSecond = static_cast<double>(cfg.replyLength) / r.time.median;
+            r.gflops = batchFlops(train.model, collate(examples, pick(1), dev), cfg.replyLength, false) / r.time.median
+                / 1e9;
             emit(r, ceiling);
         }
         if (cfg.epoch && !cancelled()) {
@@ -330,6 +359,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     const Tokenizer tok = Tokenizer::build(split.train, bench.train.tokenizer);
     bench.train.model.vocabSize = tok.size();
     bench.examples = makeExamples(split.train, tok, bench.train.model);
+    bench.tok = &tok;
     if (bench.examples.empty())
         throw Error("no usable pairs in the corpus after tokenizing");
     report.model = bench.train.model;
@@ -378,7 +408,9 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
         + static_cast<int>(std::set<int>(cfg.batchSizes.begin(), cfg.batchSizes.end()).size()
             + (std::count(cfg.batchSizes.begin(), cfg.batchSizes.end(), 1) ? 0 : 1))
         + (cfg.epoch ? 1 : 0);
-    bench.total = perCombo * static_cast<int>(combos.size());
+    bench.total = perCombo * static_cast<int>(combos.size())
+        + static_cast<int>(std::count_if(combos.begin(), combos.end(),
+            [&](const Combo& c) { return Bench::tracesFast(c.dev, c.precision, bench.train.model); }));
     std::vector<std::pair<std::string, BenchPrecision>> raceRuns;
     if (cfg.raceEpochs > 0) {
         std::set<std::pair<std::string, BenchPrecision>> seen;

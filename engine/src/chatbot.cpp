@@ -8,6 +8,7 @@
 #include "model.h"
 #include "snapshot.h"
 #include "torchutil.h"
+#include "tracedreply.h"
 #include "tracejson.h"
 
 #include <nlohmann/json.hpp>
@@ -28,9 +29,9 @@ struct Chatbot::Impl {
     torch::Device device { torch::kCPU };
     std::string note;
     int64_t step = 0;
-    // The untraced greedy path, built on first use (the weights never change after load).
+    // The batch-1 CPU path, built on first use (the weights never change after load).
     std::once_flag fastOnce;
-    std::unique_ptr<FastGreedy> fast;
+    std::unique_ptr<FastDecoder> fast;
 };
 
 Chatbot::Chatbot(std::shared_ptr<Impl> impl)
@@ -160,29 +161,6 @@ Gates replayStep(Seq2SeqImpl& m, int64_t token, const torch::Tensor& hIn, const 
     return top;
 }
 
-int64_t sampleToken(const torch::Tensor& logits, const DecodeOptions& opt, std::mt19937_64& rng)
-{
-    auto probs = torch::softmax(logits.to(torch::kFloat64) / std::max(1e-6, opt.temperature), -1).cpu();
-    std::vector<double> p(static_cast<size_t>(probs.numel()));
-    std::copy_n(probs.data_ptr<double>(), p.size(), p.begin());
-    if (opt.topK > 0 && static_cast<size_t>(opt.topK) < p.size()) {
-        std::vector<double> sorted = p;
-        std::nth_element(sorted.begin(), sorted.begin() + (opt.topK - 1), sorted.end(), std::greater<>());
-        const double cut = sorted[static_cast<size_t>(opt.topK - 1)];
-        int kept = 0;
-        for (double& v : p) {
-            if (v >= cut && kept < opt.topK)
-                ++kept;
-            else
-                v = 0;
-        }
-    }
-    p[Tokenizer::kPad] = 0;
-    p[Tokenizer::kStart] = 0;
-    std::discrete_distribution<int64_t> dist(p.begin(), p.end());
-    return dist(rng);
-}
-
 // Greedy choice that never picks <pad> or <start>.
 int64_t argmaxToken(const torch::Tensor& logits)
 {
@@ -272,12 +250,17 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     tr.layers = I.cfg.model.layers;
 
     const int limit = I.cfg.model.maxTargetLength - 1;
-    if (!opt.trace && opt.method == DecodeMethod::Greedy && opt.handoff == HandoffMode::Correct
-        && !I.cfg.model.attention && I.device.is_cpu()) {
-        std::call_once(I.fastOnce, [&] { I.fast = std::make_unique<FastGreedy>(*I.model); });
-        r.ids = I.fast->reply(
-            tr.inputIds, opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit, /*stopAtEnd=*/true, &r.score);
-        r.text = I.tok.decode(r.ids);
+    const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
+    // One prompt on the CPU steps on the fast batch-1 path (greedy and sampled replies; beam
+    // search and attention take the general path below).
+    if (I.device.is_cpu() && !I.cfg.model.attention && opt.method != DecodeMethod::Beam) {
+        std::call_once(I.fastOnce, [&] { I.fast = std::make_unique<FastDecoder>(*I.model); });
+        if (!opt.trace && opt.method == DecodeMethod::Greedy && opt.handoff == HandoffMode::Correct) {
+            r.ids = I.fast->reply(tr.inputIds, maxSteps, /*stopAtEnd=*/true, &r.score);
+            r.text = I.tok.decode(r.ids);
+        } else {
+            tracedReply(*I.fast, *I.model, I.tok, tr.inputIds, opt, maxSteps, /*stopAtEnd=*/true, r);
+        }
         return r;
     }
 
@@ -294,7 +277,6 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     const auto c0 = zero ? torch::zeros_like(enc.c) : enc.c.clone();
     tr.decoderInitial = layerStates(h0, c0, 0);
 
-    const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
     std::vector<int64_t> forced;
     if (opt.method == DecodeMethod::Beam)
         forced = beamSearch(*I.model, enc, h0, c0, opt, maxSteps);

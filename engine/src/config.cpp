@@ -105,8 +105,19 @@ std::string toJson(const TrainConfig& c)
         { "seed", c.seed }, { "deterministic", c.deterministic }, { "bucketing", c.bucketing },
         { "checkpoint_every_steps", c.checkpointEverySteps } };
     j["device"] = { { "device", c.device }, { "precision", precisionName(c.precision) }, { "threads", c.threads } };
-    j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 } };
+    j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 },
+        { "pairing", pairingName(c.pairing) }, { "strict", c.strictCorpus } };
     return j.dump(2) + "\n";
+}
+
+LoadOptions corpusLoadOptions(const TrainConfig& c)
+{
+    LoadOptions o;
+    o.format = c.corpusFormat;
+    o.latin1 = c.latin1;
+    o.pairing = c.pairing;
+    o.strict = c.strictCorpus;
+    return o;
 }
 
 TrainConfig trainConfigFromJson(const std::string& text, const std::string& file)
@@ -163,6 +174,11 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
                 throw Error(file, 0, "corpus.format must be " + joinNames(formatNames()));
             c.corpusFormat = *fmt;
             c.latin1 = cj.value("latin1", false);
+            const auto pairing = parsePairing(cj.value("pairing", pairingName(Pairing::Consecutive)));
+            if (!pairing)
+                throw Error(file, 0, "corpus.pairing must be " + joinNames(pairingNames()));
+            c.pairing = *pairing;
+            c.strictCorpus = cj.value("strict", false);
         }
     } catch (const nlohmann::json::exception& e) {
         throw Error(file, 0, std::string("bad config: ") + e.what());

@@ -30,19 +30,51 @@ bool isYamlName(const fs::path& p)
     return ext == ".yml" || ext == ".yaml";
 }
 
-// Adds consecutive turns of one dialog as pairs.
-void addTurns(Corpus& corpus, const std::vector<std::pair<std::string, long>>& turns, const std::string& file)
-{
-    for (size_t i = 0; i + 1 < turns.size(); ++i) {
-        if (turns[i].first.empty() || turns[i + 1].first.empty())
-            continue;
-        corpus.pairs.push_back({ turns[i].first, turns[i + 1].first, file, turns[i].second });
-    }
-}
+// The corpus being filled and how: the pairing, and whether a bad record stops the load.
+struct Loader {
+    Corpus& corpus;
+    const LoadOptions& opt;
 
-void loadYamlFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+    // Runs `read` for one record; a malformed record (Error) is skipped with a warning, or
+    // rethrown when loading is strict.
+    template <typename Read> void record(Read&& read)
+    {
+        try {
+            read();
+        } catch (const Error& e) {
+            if (opt.strict)
+                throw;
+            corpus.warnings.push_back({ e.file(), e.line(), e.message(), CorpusWarning::Kind::Record });
+        }
+    }
+
+    void note(const std::string& file, long line, const std::string& message)
+    {
+        corpus.warnings.push_back({ file, line, message, CorpusWarning::Kind::Note });
+    }
+
+    // The turns of one conversation as pairs, in the chosen pairing. Empty turns are dropped.
+    void addTurns(std::vector<std::pair<std::string, long>> turns, const std::string& file)
+    {
+        turns.erase(
+            std::remove_if(turns.begin(), turns.end(), [](const auto& t) { return t.first.empty(); }), turns.end());
+        if (turns.size() < 2)
+            return;
+        if (opt.pairing == Pairing::FirstRest) {
+            std::string rest = turns[1].first;
+            for (size_t i = 2; i < turns.size(); ++i)
+                rest += " " + turns[i].first;
+            corpus.pairs.push_back({ turns[0].first, std::move(rest), file, turns[0].second });
+            return;
+        }
+        for (size_t i = 0; i + 1 < turns.size(); ++i)
+            corpus.pairs.push_back({ turns[i].first, turns[i + 1].first, file, turns[i].second });
+    }
+};
+
+void loadYamlFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
     if (text::trim(text).empty())
         throw Error(file, 0, "file is empty");
     YAML::Node root;
@@ -59,117 +91,122 @@ void loadYamlFile(Corpus& corpus, const std::string& file, const LoadOptions& op
     const YAML::Node convs = root["conversations"];
     if (!convs.IsSequence())
         throw Error(file, convs.Mark().line + 1, "'conversations' must be a list of lists");
-    const size_t before = corpus.pairs.size();
+    const size_t before = L.corpus.pairs.size();
     for (const YAML::Node& conv : convs) {
-        const long line = conv.Mark().line + 1;
-        if (!conv.IsSequence())
-            throw Error(file, line, "each conversation must be a list of turns");
-        std::vector<std::pair<std::string, long>> turns;
-        for (const YAML::Node& turn : conv) {
-            const long tline = turn.Mark().line + 1;
-            if (turn.IsNull())
-                continue;
-            if (!turn.IsScalar())
-                throw Error(file, tline, "a turn must be text, not a list or a map");
-            turns.emplace_back(text::trim(turn.Scalar()), tline);
-        }
-        if (turns.size() < 2)
-            corpus.warnings.push_back(
-                file + ":" + std::to_string(line) + ": conversation with fewer than two turns skipped");
-        addTurns(corpus, turns, file);
+        L.record([&] {
+            const long line = conv.Mark().line + 1;
+            if (!conv.IsSequence())
+                throw Error(file, line, "each conversation must be a list of turns, found a single text");
+            std::vector<std::pair<std::string, long>> turns;
+            for (const YAML::Node& turn : conv) {
+                const long tline = turn.Mark().line + 1;
+                if (turn.IsNull())
+                    continue;
+                if (!turn.IsScalar())
+                    throw Error(file, tline, "a turn must be text, not a list or a map");
+                turns.emplace_back(text::trim(turn.Scalar()), tline);
+            }
+            if (turns.size() < 2)
+                L.note(file, line, "conversation with fewer than two turns skipped");
+            L.addTurns(std::move(turns), file);
+        });
     }
-    if (corpus.pairs.size() == before)
-        corpus.warnings.push_back(file + ": no pairs");
+    if (L.corpus.pairs.size() == before)
+        L.note(file, 0, "no pairs");
 }
 
-void loadTsvFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+void loadTsvFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         if (text::trim(l).empty() || l.front() == '#')
             continue;
-        const size_t tab = l.find('\t');
-        if (tab == std::string_view::npos)
-            throw Error(file, line, "expected 'prompt<TAB>response', found no tab");
-        if (l.find('\t', tab + 1) != std::string_view::npos)
-            throw Error(file, line, "expected exactly two tab-separated columns");
-        std::string p = text::trim(l.substr(0, tab));
-        std::string r = text::trim(l.substr(tab + 1));
-        if (p.empty() || r.empty())
-            throw Error(file, line, "empty prompt or response");
-        corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
+        L.record([&] {
+            const size_t tab = l.find('\t');
+            if (tab == std::string_view::npos)
+                throw Error(file, line, "expected 'prompt<TAB>response', found no tab");
+            if (l.find('\t', tab + 1) != std::string_view::npos)
+                throw Error(file, line, "expected exactly two tab-separated columns");
+            std::string p = text::trim(l.substr(0, tab));
+            std::string r = text::trim(l.substr(tab + 1));
+            if (p.empty() || r.empty())
+                throw Error(file, line, "empty prompt or response");
+            L.corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
+        });
     }
 }
 
-void loadJsonlFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+void loadJsonlFile(Loader& L, const std::string& file)
 {
     using nlohmann::json;
-    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         if (text::trim(l).empty())
             continue;
-        json j;
-        try {
-            j = json::parse(l);
-        } catch (const json::parse_error& e) {
-            throw Error(file, line, std::string("JSON: ") + e.what());
-        }
-        if (!j.is_object())
-            throw Error(file, line, "expected a JSON object");
-        if (j.contains("prompt") || j.contains("response")) {
-            if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response")
-                || !j["response"].is_string())
-                throw Error(file, line, "'prompt' and 'response' must both be strings");
-            std::string p = text::trim(j["prompt"].get<std::string>());
-            std::string r = text::trim(j["response"].get<std::string>());
-            if (p.empty() || r.empty())
-                throw Error(file, line, "empty prompt or response");
-            corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
-        } else if (j.contains("messages")) {
-            const json& msgs = j["messages"];
-            if (!msgs.is_array())
-                throw Error(file, line, "'messages' must be a list");
-            std::vector<std::pair<std::string, long>> turns;
-            for (const json& m : msgs) {
-                std::string content;
-                if (m.is_string()) {
-                    content = m.get<std::string>();
-                } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
-                    if (m.value("role", std::string()) == "system")
-                        continue;
-                    content = m["content"].get<std::string>();
-                } else {
-                    throw Error(file, line, "each message must be a string or an object with a string 'content'");
-                }
-                turns.emplace_back(text::trim(content), line);
+        L.record([&] {
+            json j;
+            try {
+                j = json::parse(l);
+            } catch (const json::parse_error& e) {
+                throw Error(file, line, std::string("JSON: ") + e.what());
             }
-            addTurns(corpus, turns, file);
-        } else {
-            throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
-        }
+            if (!j.is_object())
+                throw Error(file, line, "expected a JSON object");
+            if (j.contains("prompt") || j.contains("response")) {
+                if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response")
+                    || !j["response"].is_string())
+                    throw Error(file, line, "'prompt' and 'response' must both be strings");
+                std::string p = text::trim(j["prompt"].get<std::string>());
+                std::string r = text::trim(j["response"].get<std::string>());
+                if (p.empty() || r.empty())
+                    throw Error(file, line, "empty prompt or response");
+                L.corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
+            } else if (j.contains("messages")) {
+                const json& msgs = j["messages"];
+                if (!msgs.is_array())
+                    throw Error(file, line, "'messages' must be a list");
+                std::vector<std::pair<std::string, long>> turns;
+                for (const json& m : msgs) {
+                    std::string content;
+                    if (m.is_string()) {
+                        content = m.get<std::string>();
+                    } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
+                        if (m.value("role", std::string()) == "system")
+                            continue;
+                        content = m["content"].get<std::string>();
+                    } else {
+                        throw Error(file, line, "each message must be a string or an object with a string 'content'");
+                    }
+                    turns.emplace_back(text::trim(content), line);
+                }
+                L.addTurns(std::move(turns), file);
+            } else {
+                throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
+            }
+        });
     }
 }
 
-void loadDialogFile(Corpus& corpus, const std::string& file, const LoadOptions& opt)
+void loadDialogFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
     std::vector<std::pair<std::string, long>> turns;
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         std::string t = text::trim(l);
         if (t.empty()) {
-            addTurns(corpus, turns, file);
+            L.addTurns(std::move(turns), file);
             turns.clear();
         } else {
             turns.emplace_back(std::move(t), line);
         }
     }
-    addTurns(corpus, turns, file);
+    L.addTurns(std::move(turns), file);
 }
 
 // Cornell Movie-Dialogs: fields separated by " +++$+++ ", Latin-1 text.
@@ -190,9 +227,9 @@ std::vector<std::string> cornellFields(std::string_view line)
     return out;
 }
 
-void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
+void loadCornell(Loader& L, const fs::path& dir)
 {
-    (void)opt; // the corpus is Latin-1 by definition
+    // The corpus is Latin-1 by definition.
     const std::string linesFile = (dir / "movie_lines.txt").string();
     const std::string convFile = (dir / "movie_conversations.txt").string();
     std::map<std::string, std::pair<std::string, long>> lines;
@@ -203,11 +240,13 @@ void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
             ++n;
             if (text::trim(l).empty())
                 continue;
-            auto f = cornellFields(l);
-            if (f.size() != 5)
-                throw Error(
-                    linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
-            lines[text::trim(f[0])] = { text::trim(f[4]), n };
+            L.record([&] {
+                auto f = cornellFields(l);
+                if (f.size() != 5)
+                    throw Error(
+                        linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
+                lines[text::trim(f[0])] = { text::trim(f[4]), n };
+            });
         }
     }
     const std::string text = text::normalise(convFile, text::readFile(convFile), true);
@@ -216,36 +255,37 @@ void loadCornell(Corpus& corpus, const fs::path& dir, const LoadOptions& opt)
         ++n;
         if (text::trim(l).empty())
             continue;
-        auto f = cornellFields(l);
-        if (f.size() != 4)
-            throw Error(convFile, n, "expected 4 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
-        const std::string& ids = f[3];
-        const size_t open = ids.find('['), close = ids.rfind(']');
-        if (open == std::string::npos || close == std::string::npos || close < open)
-            throw Error(convFile, n, "expected a list of line ids like ['L1', 'L2']");
-        std::vector<std::pair<std::string, long>> turns;
-        std::string cur;
-        bool inQuote = false;
-        for (size_t i = open + 1; i < close; ++i) {
-            const char ch = ids[i];
-            if (ch == '\'' || ch == '"') {
-                if (inQuote) {
-                    auto it = lines.find(cur);
-                    if (it == lines.end())
-                        throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
-                    turns.emplace_back(it->second.first, it->second.second);
-                    cur.clear();
+        L.record([&] {
+            auto f = cornellFields(l);
+            if (f.size() != 4)
+                throw Error(
+                    convFile, n, "expected 4 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
+            const std::string& ids = f[3];
+            const size_t open = ids.find('['), close = ids.rfind(']');
+            if (open == std::string::npos || close == std::string::npos || close < open)
+                throw Error(convFile, n, "expected a list of line ids like ['L1', 'L2']");
+            std::vector<std::pair<std::string, long>> turns;
+            std::string cur;
+            bool inQuote = false;
+            for (size_t i = open + 1; i < close; ++i) {
+                const char ch = ids[i];
+                if (ch == '\'' || ch == '"') {
+                    if (inQuote) {
+                        auto it = lines.find(cur);
+                        if (it == lines.end())
+                            throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
+                        turns.emplace_back(it->second.first, n);
+                        cur.clear();
+                    }
+                    inQuote = !inQuote;
+                } else if (inQuote) {
+                    cur.push_back(ch);
                 }
-                inQuote = !inQuote;
-            } else if (inQuote) {
-                cur.push_back(ch);
             }
-        }
-        for (auto& t : turns)
-            t.second = n;
-        addTurns(corpus, turns, convFile);
+            L.addTurns(std::move(turns), convFile);
+        });
     }
-    corpus.files = { linesFile, convFile };
+    L.corpus.files = { linesFile, convFile };
 }
 
 CorpusFormat sniffFile(const fs::path& p)
@@ -290,9 +330,13 @@ CorpusFormat detectFormat(const std::string& path)
     if (fs::is_directory(p, ec)) {
         if (fs::exists(p / "movie_lines.txt") && fs::exists(p / "movie_conversations.txt"))
             return CorpusFormat::Cornell;
-        for (const auto& e : fs::directory_iterator(p, ec))
-            if (e.is_regular_file() && isYamlName(e.path()))
+        // Loading reads YAML files in subfolders too (the chatterbot package keeps one folder per language).
+        for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec)) {
+            std::error_code e2;
+            if (it->is_regular_file(e2) && isYamlName(it->path()))
                 return CorpusFormat::ChatterbotYaml;
+        }
         throw Error(
             path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
     }
@@ -301,11 +345,70 @@ CorpusFormat detectFormat(const std::string& path)
     return sniffFile(p);
 }
 
+std::string toString(const CorpusWarning& w)
+{
+    return w.file + (w.line > 0 ? ":" + std::to_string(w.line) : std::string()) + ": " + w.message;
+}
+
+std::string kindName(CorpusWarning::Kind k)
+{
+    switch (k) {
+    case CorpusWarning::Kind::Record: return "record";
+    case CorpusWarning::Kind::File: return "file";
+    case CorpusWarning::Kind::Note: break;
+    }
+    return "note";
+}
+
+std::string describeWarnings(const std::vector<CorpusWarning>& warnings, size_t max, const std::string& prefix)
+{
+    if (warnings.empty())
+        return {};
+    size_t records = 0, files = 0;
+    for (const auto& w : warnings) {
+        records += w.kind == CorpusWarning::Kind::Record;
+        files += w.kind == CorpusWarning::Kind::File;
+    }
+    const size_t notes = warnings.size() - records - files;
+    auto count
+        = [](size_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); };
+    std::vector<std::string> parts;
+    if (records)
+        parts.push_back(count(records, "malformed record skipped", "malformed records skipped"));
+    if (files)
+        parts.push_back(count(files, "unreadable file skipped", "unreadable files skipped"));
+    if (notes)
+        parts.push_back(count(notes, "note", "notes"));
+    std::string out;
+    for (size_t i = 0; i < parts.size(); ++i)
+        out += (i ? ", " : "") + parts[i];
+    out += "\n";
+    for (size_t i = 0; i < warnings.size() && i < max; ++i)
+        out += prefix + toString(warnings[i]) + "\n";
+    if (warnings.size() > max)
+        out += prefix + "... and " + std::to_string(warnings.size() - max) + " more\n";
+    return out;
+}
+
+int64_t Corpus::skippedRecords() const
+{
+    return std::count_if(
+        warnings.begin(), warnings.end(), [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::Record; });
+}
+
+int64_t Corpus::skippedFiles() const
+{
+    return std::count_if(
+        warnings.begin(), warnings.end(), [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::File; });
+}
+
 Corpus loadCorpus(const std::string& path, const LoadOptions& options)
 {
     Corpus corpus;
     corpus.path = path;
     corpus.format = options.format == CorpusFormat::Auto ? detectFormat(path) : options.format;
+    corpus.pairing = options.pairing;
+    Loader L { corpus, options };
     const fs::path p(path);
     std::error_code ec;
     if (!fs::exists(p, ec))
@@ -315,38 +418,62 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
     if (corpus.format == CorpusFormat::Cornell) {
         if (!isDir)
             throw Error(path, 0, "the Cornell format is a folder with movie_lines.txt and movie_conversations.txt");
-        loadCornell(corpus, p, options);
+        loadCornell(L, p);
     } else if (isDir) {
         if (corpus.format != CorpusFormat::ChatterbotYaml)
             throw Error(path, 0, "only chatterbot YAML and Cornell corpora can be folders");
         std::vector<fs::path> files;
-        for (const auto& e : fs::recursive_directory_iterator(p, ec))
-            if (e.is_regular_file() && isYamlName(e.path()))
-                files.push_back(e.path());
+        for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec)) {
+            std::error_code e2;
+            if (it->is_regular_file(e2) && isYamlName(it->path()))
+                files.push_back(it->path());
+        }
         std::sort(files.begin(), files.end());
         for (const auto& f : files) {
-            // In a folder an empty file is skipped with a warning rather than failing the lot.
+            // In a folder an empty file is skipped with a note, and one that cannot be read or
+            // parsed with a warning (strict: an error), rather than failing the lot.
             if (fs::file_size(f, ec) == 0) {
-                corpus.warnings.push_back(f.string() + ": empty file skipped");
+                L.note(f.string(), 0, "empty file skipped");
                 continue;
             }
-            loadYamlFile(corpus, f.string(), options);
-            corpus.files.push_back(f.string());
+            const size_t before = corpus.pairs.size();
+            const size_t warned = corpus.warnings.size();
+            try {
+                loadYamlFile(L, f.string());
+                corpus.files.push_back(f.string());
+            } catch (const Error& e) {
+                if (options.strict || files.size() == 1)
+                    throw;
+                corpus.pairs.resize(before);
+                corpus.warnings.resize(warned);
+                corpus.warnings.push_back(
+                    { e.file(), e.line(), e.message() + " (file skipped)", CorpusWarning::Kind::File });
+            }
         }
     } else {
         if (fs::file_size(p, ec) == 0)
             throw Error(path, 0, "file is empty");
         switch (corpus.format) {
-        case CorpusFormat::ChatterbotYaml: loadYamlFile(corpus, path, options); break;
-        case CorpusFormat::Tsv: loadTsvFile(corpus, path, options); break;
-        case CorpusFormat::Jsonl: loadJsonlFile(corpus, path, options); break;
-        case CorpusFormat::DialogText: loadDialogFile(corpus, path, options); break;
+        case CorpusFormat::ChatterbotYaml: loadYamlFile(L, path); break;
+        case CorpusFormat::Tsv: loadTsvFile(L, path); break;
+        case CorpusFormat::Jsonl: loadJsonlFile(L, path); break;
+        case CorpusFormat::DialogText: loadDialogFile(L, path); break;
         default: break;
         }
         corpus.files.push_back(path);
     }
-    if (corpus.pairs.empty())
+    if (corpus.pairs.empty()) {
+        // Nothing usable: blame the first thing skipped, where it is, when something was.
+        const auto bad = std::find_if(corpus.warnings.begin(), corpus.warnings.end(),
+            [](const CorpusWarning& w) { return w.kind != CorpusWarning::Kind::Note; });
+        if (bad != corpus.warnings.end()) {
+            const int64_t skipped = corpus.skippedRecords() + corpus.skippedFiles();
+            throw Error(bad->file, bad->line,
+                bad->message + " (no usable pairs left; " + std::to_string(skipped) + " record(s) or file(s) skipped)");
+        }
         throw Error(path, 0, "no prompt/response pairs found (format " + formatName(corpus.format) + ")");
+    }
     return corpus;
 }
 

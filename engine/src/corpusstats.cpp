@@ -15,6 +15,9 @@ CorpusStats corpusStats(const Corpus& corpus, const TokenizerOptions& tokenizer)
     s.files = static_cast<int64_t>(corpus.files.size());
     s.pairs = static_cast<int64_t>(corpus.pairs.size());
     s.tokenizer = tokenizer;
+    s.pairing = corpus.pairing;
+    s.skippedRecords = corpus.skippedRecords();
+    s.skippedFiles = corpus.skippedFiles();
     s.warnings = corpus.warnings;
     const Split split = splitPairs(corpus.pairs, kStatsValidationFraction, kStatsSeed);
     const Tokenizer tok = Tokenizer::build(split.train, tokenizer);
@@ -49,31 +52,38 @@ std::string toJson(const CorpusStats& s, const std::string& path)
     j["format"] = formatName(s.format);
     j["files"] = s.files;
     j["pairs"] = s.pairs;
+    j["pairing"] = pairingName(s.pairing);
+    j["skipped_records"] = s.skippedRecords;
+    j["skipped_files"] = s.skippedFiles;
     j["vocabulary"] = s.vocabulary;
     j["min_frequency"] = s.tokenizer.minFrequency;
     j["tokenizer"] = tokenizerModeName(s.tokenizer.mode);
     j["validation_oov_rate"] = s.validationOovRate;
     j["prompt_words"] = { { "mean", s.meanPromptWords }, { "max", s.maxPromptWords } };
     j["response_words"] = { { "mean", s.meanResponseWords }, { "max", s.maxResponseWords } };
-    j["warnings"] = s.warnings;
+    nlohmann::ordered_json warnings = nlohmann::ordered_json::array();
+    for (const auto& w : s.warnings)
+        warnings.push_back(
+            { { "file", w.file }, { "line", w.line }, { "kind", kindName(w.kind) }, { "message", w.message } });
+    j["warnings"] = warnings;
     return j.dump(2) + "\n";
 }
 
-std::string describe(const CorpusStats& s, const std::string& path)
+std::string describe(const CorpusStats& s, const std::string& path, size_t maxWarnings)
 {
     std::ostringstream o;
     o << std::fixed;
     o << "corpus       " << path << "\n"
       << "format       " << formatName(s.format) << " (" << s.files << " file(s))\n"
-      << "pairs        " << s.pairs << "\n"
+      << "pairs        " << s.pairs << " (" << pairingName(s.pairing) << " pairing)\n"
       << "vocabulary   " << s.vocabulary << " words at min frequency " << s.tokenizer.minFrequency << " ("
       << tokenizerModeName(s.tokenizer.mode) << " tokenizer, " << std::setprecision(0)
       << 100 * (1 - kStatsValidationFraction) << "% training split)\n"
       << "OOV rate     " << std::setprecision(1) << 100 * s.validationOovRate << "% of validation words\n"
       << "prompt       " << s.meanPromptWords << " words on average, " << s.maxPromptWords << " at most\n"
       << "response     " << s.meanResponseWords << " words on average, " << s.maxResponseWords << " at most\n";
-    for (const auto& w : s.warnings)
-        o << "warning      " << w << "\n";
+    if (!s.warnings.empty())
+        o << "warnings     " << describeWarnings(s.warnings, maxWarnings, "warning      ");
     return o.str();
 }
 

@@ -38,6 +38,8 @@ template <typename E, size_t N> std::vector<std::string> namesIn(const Table<E, 
 constexpr Table<CorpusFormat, 6> kFormats { { { CorpusFormat::Auto, "auto" }, { CorpusFormat::ChatterbotYaml, "yaml" },
     { CorpusFormat::Tsv, "tsv" }, { CorpusFormat::Jsonl, "jsonl" }, { CorpusFormat::Cornell, "cornell" },
     { CorpusFormat::DialogText, "dialog" } } };
+constexpr Table<Pairing, 2> kPairings { { { Pairing::Consecutive, "consecutive" },
+    { Pairing::FirstRest, "first-rest" } } };
 constexpr Table<TokenizerMode, 2> kTokenizerModes { { { TokenizerMode::Keras, "keras" },
     { TokenizerMode::Punctuation, "punct" } } };
 constexpr Table<OptimizerKind, 3> kOptimizers { { { OptimizerKind::Adam, "adam" },
@@ -50,8 +52,9 @@ constexpr Table<HandoffMode, 3> kHandoffModes { { { HandoffMode::Correct, "corre
     { HandoffMode::ZeroInit, "zero-init" }, { HandoffMode::ResetEachStep, "reset-each-step" } } };
 constexpr Table<BenchPrecision, 4> kBenchPrecisions { { { BenchPrecision::FP32, "fp32" },
     { BenchPrecision::BF16, "bf16" }, { BenchPrecision::FP16, "fp16" }, { BenchPrecision::TF32, "tf32" } } };
-constexpr Table<BenchUnit, 4> kBenchUnits { { { BenchUnit::TrainStep, "train_step" }, { BenchUnit::Epoch, "epoch" },
-    { BenchUnit::ReplyLatency, "reply_latency" }, { BenchUnit::ReplyThroughput, "reply_throughput" } } };
+constexpr Table<BenchUnit, 5> kBenchUnits { { { BenchUnit::TrainStep, "train_step" }, { BenchUnit::Epoch, "epoch" },
+    { BenchUnit::ReplyLatency, "reply_latency" }, { BenchUnit::ReplyThroughput, "reply_throughput" },
+    { BenchUnit::TracedReply, "traced_reply" } } };
 constexpr Table<TrainStatus, 3> kTrainStatus { { { TrainStatus::Finished, "finished" },
     { TrainStatus::EarlyStopped, "stopped early" }, { TrainStatus::Cancelled, "stopped" } } };
 
@@ -68,6 +71,21 @@ std::optional<CorpusFormat> parseFormat(const std::string& name)
 std::vector<std::string> formatNames()
 {
     return namesIn(kFormats);
+}
+
+std::string pairingName(Pairing p)
+{
+    return nameIn(kPairings, p);
+}
+
+std::optional<Pairing> parsePairing(const std::string& name)
+{
+    return parseIn(kPairings, name);
+}
+
+std::vector<std::string> pairingNames()
+{
+    return namesIn(kPairings);
 }
 
 std::string tokenizerModeName(TokenizerMode m)

@@ -246,11 +246,8 @@ Corpus loadRunCorpus(const std::string& runDir)
     const TrainConfig cfg = loadRunConfig(runDir);
     if (cfg.corpus.empty())
         throw Error(configPath(runDir), 0, "the run does not name its corpus; give the corpus to resume with");
-    LoadOptions opt;
-    opt.format = cfg.corpusFormat;
-    opt.latin1 = cfg.latin1;
     try {
-        return loadCorpus(cfg.corpus, opt);
+        return loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
     } catch (const Error& e) {
         throw Error(e.file().empty() ? configPath(runDir) : e.file(), e.line(),
             e.message() + " (the corpus named in " + configPath(runDir) + ")");

@@ -271,6 +271,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
 
     Session s;
     s.cfg = cfg;
+    s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
     s.runDir = runDir;
     prepare(s, corpus, cb);
     s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);

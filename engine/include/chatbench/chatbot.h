@@ -74,7 +74,7 @@ struct TraceChecks {
     bool stateCarried = false; // exactly 0
     double teacherForcedMaxDiff = 0; // max |step-wise logits − one teacher-forced pass from the encoder state|
     bool teacherForcedEqual = false; // within kLogitTolerance
-    double gateReplayMaxDiff = 0; // the hand-written LSTM step (gates) against the module's h, c
+    double gateReplayMaxDiff = 0; // the traced states (and gates) against an LSTM step written out gate by gate from the module's weights
     static constexpr double kLogitTolerance = 1e-4;
 };
 

@@ -50,7 +50,12 @@ struct TrainConfig {
     std::string corpus; // corpus path the run trains on (for resume and the record)
     CorpusFormat corpusFormat = CorpusFormat::Auto;
     bool latin1 = false;
+    Pairing pairing = Pairing::Consecutive; // how the corpus' turns were paired
+    bool strictCorpus = false; // the corpus was loaded strictly (no skipped records)
 };
+
+// The options the run's corpus is (re)loaded with.
+LoadOptions corpusLoadOptions(const TrainConfig& c);
 
 // "seed" (the Keras recipe: E=200, H=200, 1 layer, RMSprop, batch 50, lengths 22/74),
 // "quick" (small and fast), "large" (2 layers, attention). Throws Error for other names.

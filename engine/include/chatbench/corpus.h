@@ -3,9 +3,13 @@
 //
 //   chatbench::LoadOptions opt;                 // format Auto: detected from name and content
 //   chatbench::Corpus c = chatbench::loadCorpus("datasets/chatbench", opt);
+//   for (const auto& w : c.warnings) std::cerr << toString(w) << "\n";   // what was skipped, file:line
 //   auto [train, val] = chatbench::splitPairs(c.pairs, 0.1, /*seed=*/42);
 //
-// Every loader throws chatbench::Error naming the file and line of the first problem.
+// Real corpora have bad records (the published chatterbot corpus has one among ~2000): by default a
+// malformed record is skipped and reported as a warning with its file and line, and in a folder a
+// file that cannot be read or parsed at all is skipped likewise. LoadOptions::strict throws
+// chatbench::Error at the first problem instead. Nothing usable at all is always an Error.
 
 #include "chatbench/names.h"
 
@@ -25,17 +29,42 @@ struct Pair {
 struct LoadOptions {
     CorpusFormat format = CorpusFormat::Auto; // Auto detects from the path's name and content
     bool latin1 = false; // decode as Latin-1 instead of UTF-8 (Cornell always is)
+    Pairing pairing = Pairing::Consecutive; // how a conversation's turns become pairs
+    bool strict = false; // throw at the first malformed record or unreadable file
 };
+
+// Something skipped while loading: a record, a conversation or a whole file.
+struct CorpusWarning {
+    enum class Kind {
+        Record, // a malformed record, skipped (strict loading throws instead)
+        File, // a file that could not be read or parsed, skipped (strict loading throws instead)
+        Note // well-formed but unusable: an empty file, a one-turn conversation, a file without pairs
+    };
+    std::string file;
+    long line = 0; // 1-based; 0 = the file as a whole
+    std::string message;
+    Kind kind = Kind::Note;
+};
+std::string toString(const CorpusWarning& w); // "file:line: message" (no ":line" when it is 0)
+std::string kindName(CorpusWarning::Kind k); // "record" / "file" / "note"
+// For people: a summary line ("1 malformed record skipped, 2 notes") and then at most `max`
+// warnings, one per line, each prefixed with `prefix`; the rest counted. "" when there are none.
+std::string describeWarnings(
+    const std::vector<CorpusWarning>& warnings, size_t max, const std::string& prefix = "warning: ");
 
 struct Corpus {
     std::string path; // the file or folder it was loaded from (empty when built in memory)
     std::vector<Pair> pairs; // in file order
     CorpusFormat format = CorpusFormat::Auto; // the format that was used
-    std::vector<std::string> files; // files read, in order
-    std::vector<std::string> warnings; // skipped files or records, "file:line: why"
+    Pairing pairing = Pairing::Consecutive; // how the turns were paired
+    std::vector<std::string> files; // files read, in order (skipped ones are not)
+    std::vector<CorpusWarning> warnings; // in the order met
+    int64_t skippedRecords() const; // warnings of kind Record
+    int64_t skippedFiles() const; // warnings of kind File
 };
 
-// Loads a file or a folder. Throws Error when nothing usable is found or a record is malformed.
+// Loads a file or a folder. Throws Error when nothing usable is found, when the only input cannot
+// be parsed, or (strict) at the first malformed record.
 Corpus loadCorpus(const std::string& path, const LoadOptions& options = {});
 
 // The format loadCorpus would use for `path` (Auto never comes back). Throws Error when the

@@ -32,7 +32,10 @@ struct CorpusStats {
     double meanResponseWords = 0;
     int64_t maxPromptWords = 0;
     int64_t maxResponseWords = 0;
-    std::vector<std::string> warnings; // the corpus' load warnings, "file:line: why"
+    Pairing pairing = Pairing::Consecutive; // how the turns were paired
+    int64_t skippedRecords = 0; // malformed records skipped while loading
+    int64_t skippedFiles = 0; // unreadable files skipped while loading
+    std::vector<CorpusWarning> warnings; // the corpus' load warnings
 };
 
 // The split the statistics use (so the vocabulary shown is the one training on 90% would build).
@@ -41,8 +44,9 @@ inline constexpr uint64_t kStatsSeed = 42;
 
 CorpusStats corpusStats(const Corpus& corpus, const TokenizerOptions& tokenizer);
 
-// As JSON (the CLI's --json) and as the aligned text table; `path` is what the user opened.
+// As JSON (the CLI's --json, every warning) and as the aligned text table with the first
+// `maxWarnings` warnings; `path` is what the user opened.
 std::string toJson(const CorpusStats& stats, const std::string& path);
-std::string describe(const CorpusStats& stats, const std::string& path);
+std::string describe(const CorpusStats& stats, const std::string& path, size_t maxWarnings = 5);
 
 } // namespace chatbench

@@ -16,6 +16,10 @@
 namespace chatbench {
 
 enum class CorpusFormat { Auto, ChatterbotYaml, Tsv, Jsonl, Cornell, DialogText };
+// How a conversation's turns become pairs: Consecutive makes every turn the response to the one
+// before it; FirstRest (the Keras recipe) answers the first turn with the others joined.
+enum class Pairing { Consecutive, FirstRest };
+
 enum class TokenizerMode {
     Keras, // lowercase, Keras' default filter characters become spaces, split on spaces
     Punctuation // lowercase, every punctuation mark is a token of its own
@@ -36,12 +40,17 @@ enum class BenchUnit {
     TrainStep, // one optimizer step at the row's batch size
     Epoch, // one pass over the corpus at the preset's batch size
     ReplyLatency, // a whole greedy reply at batch 1
-    ReplyThroughput // whole greedy replies at batch N
+    ReplyThroughput, // whole greedy replies at batch N
+    TracedReply // a whole greedy reply at batch 1 with the chat pane's state trace and checks
 };
 
 std::string formatName(CorpusFormat f); // "auto" / "yaml" / "tsv" / "jsonl" / "cornell" / "dialog"
 std::optional<CorpusFormat> parseFormat(const std::string& name);
 std::vector<std::string> formatNames();
+
+std::string pairingName(Pairing p); // "consecutive" / "first-rest"
+std::optional<Pairing> parsePairing(const std::string& name);
+std::vector<std::string> pairingNames();
 
 std::string tokenizerModeName(TokenizerMode m); // "keras" / "punct"
 std::optional<TokenizerMode> parseTokenizerMode(const std::string& name);
@@ -69,7 +78,8 @@ std::vector<std::string> benchPrecisionNames();
 // The training precision a benchmark precision runs at (tf32 is fp32 with TF32 maths).
 Precision trainingPrecision(BenchPrecision p);
 
-std::string benchUnitName(BenchUnit u); // "train_step" / "epoch" / "reply_latency" / "reply_throughput"
+// "train_step" / "epoch" / "reply_latency" / "reply_throughput" / "traced_reply"
+std::string benchUnitName(BenchUnit u);
 std::optional<BenchUnit> parseBenchUnit(const std::string& name);
 std::vector<std::string> benchUnitNames();
 
