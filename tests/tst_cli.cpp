@@ -54,6 +54,7 @@ private Q_SLOTS:
     void stopAndResume();
     void doctor();
     void bench();
+    void importKeras();
 
 private:
     QTemporaryDir m_dir;
@@ -284,6 +285,52 @@ void TestCli::bench()
     QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);
+}
+
+void TestCli::importKeras()
+{
+    // A model Keras trained (tests/fixtures/keras), imported, diagnosed, chatted with, benchmarked
+    // and fine-tuned from the command line.
+    const QString fixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
+    const QString run = m_dir.filePath("keras-run");
+    const Run r = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer", fixtures + "stacked_tokenizer.json",
+        "--out", run, "--prompts", "12" });
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY(r.out.contains("imported into " + run + ": 2 layer(s)"));
+    QVERIFY(r.out.contains("unknown words are left out"));
+    QVERIFY(r.out.contains("zero-init          1 / 12"));
+    const Run c = cli({ "chat", "--run", run, "--once", "will it rain tomorrow", "--checks" });
+    QCOMPARE(c.code, 0);
+    QVERIFY2(c.out.startsWith("yes expect light rain after noon\n"), qPrintable(c.out));
+    QVERIFY(c.out.contains("handoff ok"));
+    // The same folder again: refused, the first import intact.
+    const Run again = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer",
+        fixtures + "stacked_tokenizer.json", "--out", run, "--prompts", "0" });
+    QCOMPARE(again.code, 1);
+    QVERIFY(again.err.contains("already holds a run"));
+    // Errors name the file.
+    const Run bad = cli({ "import-keras", fixtures + "stacked_expected.json", "--tokenizer",
+        fixtures + "stacked_tokenizer.json", "--out", m_dir.filePath("never-keras"), "--prompts", "0" });
+    QCOMPARE(bad.code, 1);
+    QVERIFY2(bad.err.contains("stacked_expected.json") && bad.err.contains("neither"), qPrintable(bad.err));
+    const Run word
+        = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer", fixtures + "stacked_tokenizer.json", "--out",
+            m_dir.filePath("never-keras"), "--start-word", "sos", "--prompts", "0" });
+    QCOMPARE(word.code, 1);
+    QVERIFY2(word.err.contains("'sos'"), qPrintable(word.err));
+    QVERIFY(!QDir(m_dir.filePath("never-keras")).exists());
+    // Benchmarked at its sizes, and fine-tuned on a corpus.
+    const Run b = cli({ "bench", "--run", run, "--corpus", m_corpus, "--batch", "2", "--repeats", "1", "--warmup", "0",
+        "--no-epoch", "--out", "" });
+    QVERIFY2(b.code == 0, qPrintable(b.out + b.err));
+    QVERIFY(b.out.contains("(E=16, H=16, layers 2"));
+    const Run needCorpus = cli({ "train", "--resume", "--run", run });
+    QCOMPARE(needCorpus.code, 1);
+    QVERIFY(needCorpus.err.contains("give the corpus"));
+    const Run ft = cli({ "train", "--resume", "--run", run, "--corpus", m_corpus, "--epochs", "2" });
+    QVERIFY2(ft.code == 0, qPrintable(ft.out + ft.err));
+    QVERIFY(ft.out.contains("fine-tuning on"));
+    QVERIFY(ft.out.contains("finished after 2 epoch(s)"));
 }
 
 QTEST_GUILESS_MAIN(TestCli)

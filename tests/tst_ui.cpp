@@ -3,6 +3,7 @@
 // diversity probe, a bad corpus, chat while training, settings, and an event-loop stall probe.
 
 #include "chatbench/corpus.h"
+#include "chatbench/runs.h"
 #include "chatbench/trainer.h"
 #include "chatview.h"
 #include "compareview.h"
@@ -18,6 +19,7 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QElapsedTimer>
 #include <QLabel>
 #include <QLineEdit>
@@ -71,6 +73,7 @@ private Q_SLOTS:
     void compareRunsBenchmarkHere();
     void compareCancelStopsBenchmark();
     void doctorRunsFromTheWindow();
+    void importKerasModelAndChat();
     void settingsPersist();
 
 private:
@@ -508,6 +511,69 @@ void TestUi::doctorRunsFromTheWindow()
     QVERIFY(box->detailedText().contains("healthy: the checks pass"));
     QVERIFY(box->detailedText().contains("torch"));
     box->close();
+}
+
+void TestUi::importKerasModelAndChat()
+{
+    // File → Import Keras model…: a model Keras trained, imported, chatted with at once; its reply
+    // is Keras' own greedy reply (tests/fixtures/keras), and the handoff checks pass.
+    auto* engine = m_window->engine();
+    if (!m_window->corpusView()->isLoaded()) { // the diagnosis asks the loaded corpus' prompts
+        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
+        m_window->corpusView()->load(kCorpus);
+        QVERIFY(corpus.wait(30000));
+    }
+    const QString fixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
+    QSignalSpy imported(engine, &EngineController::kerasImported);
+    QSignalSpy loaded(engine, &EngineController::runLoaded);
+    const QString run = m_dir.filePath("runs/weather-keras");
+    m_window->importKerasFiles(fixtures + "recipe.keras", fixtures + "recipe_tokenizer.json", "start", "end", run);
+    QVERIFY(imported.wait(60000));
+    QCOMPARE(imported.first().at(0).toString(), run);
+    QVERIFY(imported.first().at(1).toString().contains("zero-init")); // the diagnosis ran on the corpus
+    QVERIFY(loaded.count() > 0 || loaded.wait(30000));
+    QCOMPARE(m_window->tabs()->currentWidget(), m_window->chatView());
+    QMessageBox* box = nullptr;
+    QTRY_VERIFY((box = m_window->findChild<QMessageBox*>("kerasImportReport")) != nullptr);
+    QVERIFY(box->detailedText().contains("decoder 'decoder_lstm' starts from encoder 'encoder_lstm'"));
+    box->close();
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    auto* chat = m_window->chatView();
+    chat->input()->setText("will it rain tomorrow");
+    QTest::keyClick(chat->input(), Qt::Key_Return);
+    QVERIFY(replies.wait(30000));
+    const ChatAnswer answer = replies.last().at(0).value<ChatAnswer>();
+    QCOMPARE(QString::fromStdString(answer.reply.text), QString("yes expect light rain after noon"));
+    for (int i = 0; i < 3; ++i)
+        QVERIFY(chat->handoffView()->badgePasses(i));
+
+    // Benchmarkable at its sizes: the Compare view offers the open run's.
+    auto* model = m_window->compareView()->modelBox();
+    const int at = model->findText("open run: weather-keras", Qt::MatchStartsWith);
+    QVERIFY(at >= 0);
+    model->setCurrentIndex(at);
+    const BenchConfig bc = m_window->compareView()->config();
+    QCOMPARE(bc.embedDim, 16);
+    QCOMPARE(bc.hidden, 16);
+    QCOMPARE(bc.layers, 1);
+    model->setCurrentIndex(0);
+    // Fine-tuned on the loaded corpus with Resume: the run had no corpus of its own.
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    engine->resume(run, 2);
+    QVERIFY(finished.wait(120000));
+    const TrainResult tr = finished.first().at(0).value<TrainResult>();
+    QCOMPARE(tr.status, TrainStatus::Finished);
+    QCOMPARE(tr.epochsDone, 2);
+    QCOMPARE(QString::fromStdString(loadRunConfig(run.toStdString()).corpus), kCorpus);
+
+    // A file that is not a model: the error names it and nothing is created.
+    QSignalSpy failed(engine, &EngineController::failed);
+    const QString bogus = QString::fromStdString(testutil::writeFile(m_dir, "bogus.keras", "not a model"));
+    m_window->importKerasFiles(bogus, fixtures + "recipe_tokenizer.json", "start", "end", m_dir.filePath("runs/bogus"));
+    QVERIFY(failed.wait(30000));
+    QCOMPARE(failed.last().at(1).value<EngineController::Job>(), EngineController::Job::Import);
+    QVERIFY(failed.last().at(0).toString().contains(bogus));
+    QVERIFY(!QDir(m_dir.filePath("runs/bogus")).exists());
 }
 
 void TestUi::settingsPersist()

@@ -11,8 +11,14 @@ What it makes (in tests/fixtures/keras/, all together well under 1 MB):
       states of layer k of the encoder), mask_zero=True, no oov_token.
   nomask.keras, nomask_tokenizer.json, nomask_expected.json
       one LSTM layer per side, mask_zero=False, no oov_token.
+  keras2.h5, keras2_tokenizer.json, keras2_expected.json
+      the recipe model (one LSTM layer per side, mask_zero=True, oov_token
+      "<OOV>") built, trained and saved with Keras 2 (the tf_keras package) as
+      a legacy HDF5 file with a Keras-2-style config (inbound_nodes as nested
+      lists, weight names like "lstm_cell/kernel:0"). Skipped, with a message,
+      when tf_keras is not installed.
 
-All three follow the classic Keras chatbot recipe: an encoder Embedding+LSTM
+All four follow the classic Keras chatbot recipe: an encoder Embedding+LSTM
 whose final (h, c) states start a decoder Embedding+LSTM, then a softmax
 Dense over the vocabulary. Answers are wrapped as "<START> ... <END>" before
 the legacy Keras Tokenizer is fitted (its default filters strip "<" and ">",
@@ -21,20 +27,33 @@ so the markers become the words "start" and "end").
 Each *_expected.json holds Keras' own numbers for a few prompts, computed with
 the encoder run on the unpadded source ids (batch 1): the encoder states per
 layer, the decoder softmax at the first step (fed the start id), and the
-greedy reply. For recipe and nomask the states for the source post-padded
-with zeros to the training length are recorded too (recipe asserts they equal
-the unpadded ones, as masking promises; nomask's differ and are only stored).
+greedy reply. For recipe, keras2 and nomask the states for the source post-padded
+with zeros to the training length are recorded too (recipe and keras2 assert they
+equal the unpadded ones, as masking promises; nomask's differ and are only stored).
 
 How to run (by hand, not part of CI), from the repository root:
 
-    ~/.cache/chatbench/keras-venv/bin/python tools/make_keras_fixtures.py
+    ~/.cache/chatbench/keras-venv/bin/python tools/make_keras_fixtures.py [NAME ...]
+
+With names (recipe, stacked, nomask, keras2) only those fixtures are rebuilt;
+without, all of them.
 
 The virtual environment holds TensorFlow (the CPU build, tensorflow-cpu from
-PyPI), Keras 3 and h5py. Seeds are fixed and TensorFlow runs single-threaded
+PyPI), Keras 3, h5py and, for keras2, tf_keras 2.21. tf_keras declares a
+dependency on the "tensorflow" package, which would pull the full build over
+tensorflow-cpu, so install it without dependencies:
+
+    ~/.cache/chatbench/keras-venv/bin/pip install --no-deps "tf-keras~=2.21.0"
+
+(`bench/peers/run.sh CORPUS --keras` creates that environment with TensorFlow
+CPU from PyPI.) Seeds are fixed and TensorFlow runs single-threaded
 with deterministic ops, so a rerun with the same versions writes the same
-numbers.
+weights, tokenizers and expected outputs (the .keras zips still differ in the
+save date in metadata.json and the Python object ids Keras puts into
+config.json as "shared_object_id").
 """
 
+import collections
 import json
 import os
 import sys
@@ -96,11 +115,11 @@ DIALOG = [
 ]
 
 # Prompts for the expected-output files: training prompts, one with a word the
-# tokenizer never saw ("tuesday", "martian"), one with mixed case and punctuation.
+# tokenizer never saw ("mars"), one with mixed case and punctuation.
 CASE_PROMPTS = [
     "what's the weather today",
     "will it rain tomorrow",
-    "do i need an umbrella on martian tuesday",
+    "will it snow on mars",
     "What's the WEATHER, today?!",
     "thank you",
 ]
@@ -117,6 +136,12 @@ def make_tokenizer(use_oov):
     prompts = [p for p, _ in DIALOG]
     answers = [f"{START_MARK} {a} {END_MARK}" for _, a in DIALOG]
     tok.fit_on_texts(prompts + answers)
+    # fit_on_texts fills word_docs/index_docs by iterating a set, so their
+    # order (and thus to_json()) follows Python's string hash seed. Put them
+    # in word-index order so the JSON is the same on every run.
+    order = sorted(tok.word_docs, key=lambda w: tok.word_index[w])
+    tok.word_docs = collections.defaultdict(int, ((w, tok.word_docs[w]) for w in order))
+    tok.index_docs = collections.defaultdict(int, sorted(tok.index_docs.items()))
     return tok
 
 
@@ -137,11 +162,13 @@ def encode_corpus(tok):
 class Seq2Seq:
     """Training model plus inference sub-models that share its layers."""
 
-    def __init__(self, vocab, layers, mask):
+    def __init__(self, vocab, layers, mask, K=keras):
+        # K is the Keras module: keras (Keras 3) or tf_keras (Keras 2).
         self.layers = layers
-        L = keras.layers
-        enc_in = keras.Input(shape=(None,), name="encoder_inputs")
-        dec_in = keras.Input(shape=(None,), name="decoder_inputs")
+        self.to_numpy = keras.ops.convert_to_numpy if K is keras else np.asarray
+        L = K.layers
+        enc_in = K.Input(shape=(None,), name="encoder_inputs")
+        dec_in = K.Input(shape=(None,), name="decoder_inputs")
         self.enc_emb = L.Embedding(vocab, EMBED_DIM, mask_zero=mask, name="encoder_embedding")
         self.dec_emb = L.Embedding(vocab, EMBED_DIM, mask_zero=mask, name="decoder_embedding")
         self.dense = L.Dense(vocab, activation="softmax", name="decoder_dense")
@@ -163,16 +190,16 @@ class Seq2Seq:
 
         states = self._encode(enc_in)
         probs, _ = self._decode(dec_in, states)
-        self.model = keras.Model([enc_in, dec_in], probs)
+        self.model = K.Model([enc_in, dec_in], probs)
 
         # Inference: encoder inputs -> [h1, c1, h2, c2, ...]
-        self.encoder = keras.Model(enc_in, [t for hc in states for t in hc], name="encoder")
+        self.encoder = K.Model(enc_in, [t for hc in states for t in hc], name="encoder")
         # One decoder step: (token, states) -> (probs, new states)
-        tok_in = keras.Input(shape=(None,), name="step_token")
-        state_ins = [(keras.Input(shape=(UNITS,), name=f"step_h{k}"),
-                      keras.Input(shape=(UNITS,), name=f"step_c{k}")) for k in range(layers)]
+        tok_in = K.Input(shape=(None,), name="step_token")
+        state_ins = [(K.Input(shape=(UNITS,), name=f"step_h{k}"),
+                      K.Input(shape=(UNITS,), name=f"step_c{k}")) for k in range(layers)]
         step_probs, step_states = self._decode(tok_in, state_ins)
-        self.decoder_step = keras.Model(
+        self.decoder_step = K.Model(
             [tok_in] + [t for hc in state_ins for t in hc],
             [step_probs] + [t for hc in step_states for t in hc],
             name="decoder_step")
@@ -198,14 +225,14 @@ class Seq2Seq:
     def encode_ids(self, ids):
         x = np.asarray([ids], dtype="int32")
         outs = self.encoder(x, training=False)
-        outs = [keras.ops.convert_to_numpy(o)[0] for o in outs]
+        outs = [self.to_numpy(o)[0] for o in outs]
         return [(outs[2 * k], outs[2 * k + 1]) for k in range(self.layers)]
 
     def step(self, token, states):
         x = np.asarray([[token]], dtype="int32")
         ins = [x] + [s[None, :] for hc in states for s in hc]
         outs = self.decoder_step(ins, training=False)
-        outs = [keras.ops.convert_to_numpy(o) for o in outs]
+        outs = [self.to_numpy(o) for o in outs]
         probs = outs[0][0, -1]
         new = [(outs[1 + 2 * k][0], outs[2 + 2 * k][0]) for k in range(self.layers)]
         return probs, new
@@ -232,13 +259,13 @@ def reply_text(tok, ids):
     return " ".join(tok.index_word.get(i, "") for i in ids)
 
 
-def train(name, layers, mask, use_oov, epochs):
-    keras.utils.set_random_seed(SEED)
+def train(name, layers, mask, use_oov, epochs, K=keras):
+    K.utils.set_random_seed(SEED)
     tok = make_tokenizer(use_oov)
     vocab = len(tok.word_index) + 1
     enc_x, dec_x, dec_y, max_src, max_tgt = encode_corpus(tok)
-    net = Seq2Seq(vocab, layers, mask)
-    net.model.compile(optimizer=keras.optimizers.RMSprop(learning_rate=0.01),
+    net = Seq2Seq(vocab, layers, mask, K)
+    net.model.compile(optimizer=K.optimizers.RMSprop(learning_rate=0.01),
                       loss="sparse_categorical_crossentropy",
                       metrics=["accuracy"])
     hist = net.model.fit([enc_x, dec_x], dec_y, batch_size=8, epochs=epochs,
@@ -262,7 +289,7 @@ def train(name, layers, mask, use_oov, epochs):
                           acc=float(acc), loss=float(loss), hits=hits)
 
 
-def expected(name, net, tok, info, padded_states, assert_padded_equal):
+def expected(name, net, tok, info, padded_states, assert_padded_equal, model_file=None):
     start_id = tok.word_index[START_WORD]
     end_id = tok.word_index[END_WORD]
     cases = []
@@ -291,7 +318,7 @@ def expected(name, net, tok, info, padded_states, assert_padded_equal):
         cases.append(case)
         print(f"  {prompt!r} -> {case['greedy_reply']!r}")
     return {
-        "model": f"{name}.keras",
+        "model": model_file or f"{name}.keras",
         "tokenizer": f"{name}_tokenizer.json",
         "start_word": START_WORD,
         "end_word": END_WORD,
@@ -316,6 +343,34 @@ def check_reload(path, net, tok, info):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
+def make_keras2():
+    """The recipe model again, but built, trained and saved with Keras 2."""
+    name = "keras2"
+    try:
+        import tf_keras
+    except ImportError:
+        print(f"{name}: skipped, tf_keras (Keras 2) is not installed; install it with\n"
+              f"  {sys.executable} -m pip install --no-deps \"tf-keras~=2.21.0\"")
+        return
+    print(f"{name}: tf_keras {tf_keras.__version__}")
+    net, tok, info = train(name, 1, True, True, 150, K=tf_keras)
+    h5_path = os.path.join(OUT_DIR, f"{name}.h5")
+    net.model.save(h5_path)  # Keras 2 writes legacy HDF5 for .h5
+    # The saved file must give the in-memory model's outputs. Keras 2 keeps
+    # the Embedding mask inside its layers, so no custom objects are needed.
+    enc_x, dec_x, _, _, _ = encode_corpus(tok)
+    want = np.asarray(net.model([enc_x, dec_x], training=False))
+    loaded = tf_keras.models.load_model(h5_path, compile=False)
+    got = np.asarray(loaded([enc_x, dec_x], training=False))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    with open(os.path.join(OUT_DIR, f"{name}_tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tok.to_json())
+        f.write("\n")
+    write_json(os.path.join(OUT_DIR, f"{name}_expected.json"),
+               expected(name, net, tok, info, True, True, model_file=f"{name}.h5"))
+    tf_keras.backend.clear_session()
+
+
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1)
@@ -333,10 +388,15 @@ def main():
         # name, layers, mask_zero, oov_token, epochs, padded states, assert padded == unpadded
         ("recipe", 1, True, True, 150, True, True),
         ("stacked", 2, True, False, 150, False, False),
-        ("nomask", 1, False, False, 150, True, False),
+        ("nomask", 1, False, False, 300, True, False),
     ]
-    summary = {}
+    only = set(sys.argv[1:])
+    unknown = only - {spec[0] for spec in specs} - {"keras2"}
+    if unknown:
+        sys.exit(f"unknown fixture name(s): {', '.join(sorted(unknown))}")
     for name, layers, mask, use_oov, epochs, padded, assert_eq in specs:
+        if only and name not in only:
+            continue
         net, tok, info = train(name, layers, mask, use_oov, epochs)
         keras_path = os.path.join(OUT_DIR, f"{name}.keras")
         net.model.save(keras_path)
@@ -350,8 +410,9 @@ def main():
             f.write("\n")
         write_json(os.path.join(OUT_DIR, f"{name}_expected.json"),
                    expected(name, net, tok, info, padded, assert_eq))
-        summary[name] = info
         keras.backend.clear_session()
+    if not only or "keras2" in only:
+        make_keras2()
 
     total = 0
     for fn in sorted(os.listdir(OUT_DIR)):

@@ -109,6 +109,8 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     m_preset = new QComboBox;
     for (const auto& name : presetNames())
         m_preset->addItem(QString::fromStdString(name));
+    m_preset->setToolTip(tr("The preset's model sizes, or those of the run open for chat (an imported Keras model, "
+                            "say)"));
     form->addRow(tr("Model"), m_preset);
     m_batches = new QLineEdit("1,16,64");
     m_batches->setToolTip(tr("Batch sizes, comma-separated"));
@@ -244,6 +246,24 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
         });
     }
     connect(m_engine, &EngineController::devicesReady, this, &CompareView::fillDevices);
+    // The run open for chat can be timed at its own sizes (the timings depend on sizes, not weights).
+    connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
+        const ModelConfig& m = r.config.model;
+        const QString label = tr("open run: %1 (E=%2, H=%3, %4 layer(s))")
+                                  .arg(QFileInfo(r.runDir).fileName())
+                                  .arg(m.embedDim)
+                                  .arg(m.hidden)
+                                  .arg(m.layers);
+        const QVariantList sizes { m.embedDim, m.hidden, m.layers };
+        const int at = m_preset->findData(QStringLiteral("run"), Qt::UserRole + 1);
+        if (at >= 0) {
+            m_preset->setItemText(at, label);
+            m_preset->setItemData(at, sizes);
+        } else {
+            m_preset->addItem(label, sizes);
+            m_preset->setItemData(m_preset->count() - 1, QStringLiteral("run"), Qt::UserRole + 1);
+        }
+    });
     connect(m_engine, &EngineController::benchProgress, this, [this](const QString& what, int done, int total) {
         m_progress->setRange(0, std::max(1, total));
         m_progress->setValue(done);
@@ -305,7 +325,15 @@ BenchConfig CompareView::config() const
     for (auto* b : m_precisionBoxes)
         if (b->isChecked())
             c.precisions.push_back(*parseBenchPrecision(b->objectName().toStdString()));
-    c.preset = m_preset->currentText().toStdString();
+    if (m_preset->currentData(Qt::UserRole + 1).toString() == "run") {
+        const QVariantList sizes = m_preset->currentData().toList();
+        c.preset = "seed"; // its training recipe, at the run's sizes
+        c.embedDim = sizes.value(0).toInt();
+        c.hidden = sizes.value(1).toInt();
+        c.layers = sizes.value(2).toInt();
+    } else {
+        c.preset = m_preset->currentText().toStdString();
+    }
     bool ok = false;
     c.batchSizes.clear();
     for (int v : parseInts(m_batches->text(), &ok))

@@ -51,6 +51,7 @@ public:
     QTableWidget* table() const { return m_table; }
     QListWidget* reportList() const { return m_reports; } // one row per source; exportReport writes the current one
     QLabel* errorLabel() const { return m_error; }
+    QComboBox* modelBox() const { return m_preset; } // presets, then the open run's sizes
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
 

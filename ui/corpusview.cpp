@@ -324,7 +324,7 @@ void CorpusView::showWarning(int row)
     QFile f(file);
     QStringList excerpt;
     if (w.line > 0 && f.open(QIODevice::ReadOnly)) {
-        const long from = std::max(1L, w.line - 3), to = w.line + 3;
+        const long from = std::max(1L, w.line - 2), to = w.line + 2;
         long n = 0;
         while (!f.atEnd() && n < to) {
             const QByteArray raw = f.readLine(4096);

@@ -1,5 +1,9 @@
 #include "enginecontroller.h"
 
+#ifdef CHATBENCH_HAVE_KERAS
+#include "chatbench/kerasimport.h"
+#endif
+
 #include "chatbench/error.h"
 #include "chatbench/runs.h"
 
@@ -88,7 +92,13 @@ public:
 
     void resume(const QString& runDir, int epochs)
     {
-        run(runDir, [&](const TrainCallbacks& cb) { return chatbench::resume(runDir.toStdString(), cb, epochs); });
+        run(runDir, [&](const TrainCallbacks& cb) {
+            // A run not bound to a corpus yet (an imported model) fine-tunes on the loaded one.
+            const std::string dir = runDir.toStdString();
+            if (m_corpus && loadRunConfig(dir).corpus.empty())
+                return chatbench::resume(dir, *m_corpus, cb, epochs);
+            return chatbench::resume(dir, cb, epochs);
+        });
     }
 
     void loadRun(const QString& runDir)
@@ -104,6 +114,30 @@ public:
                 Q_EMIT runLoaded(r);
             },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Run); });
+    }
+
+    void importKeras(const QString& model, const QString& tokenizer, const QString& startWord, const QString& endWord,
+        const QString& runDir)
+    {
+#ifdef CHATBENCH_HAVE_KERAS
+        guarded(
+            [&] {
+                KerasImportOptions opt;
+                opt.model = model.toStdString();
+                opt.tokenizer = tokenizer.toStdString();
+                opt.startWord = startWord.toStdString();
+                opt.endWord = endWord.toStdString();
+                if (m_corpus)
+                    opt.prompts = samplePrompts(m_corpus->pairs, 30);
+                const KerasImport r = chatbench::importKeras(opt, runDir.toStdString());
+                Q_EMIT kerasImported(runDir, QString::fromStdString(describe(r)));
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Import); });
+#else
+        (void)model, (void)tokenizer, (void)startWord, (void)endWord, (void)runDir;
+        Q_EMIT failed(
+            tr("This build has no Keras import (HDF5 and libzip were not found)."), EngineController::Job::Import);
+#endif
     }
 
     void bench(const BenchConfig& cfg)
@@ -139,6 +173,7 @@ public:
 
 Q_SIGNALS:
     void doctorDone(const chatbench::DoctorReport& report);
+    void kerasImported(const QString& runDir, const QString& report);
     void benchProgress(const QString& what, int done, int total);
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report, bool ok);
@@ -299,6 +334,7 @@ EngineController::EngineController(QObject* parent)
             Q_EMIT benchFinished(BenchReport {});
     });
     connect(m_engine, &EngineWorker::doctorDone, this, &EngineController::doctorDone);
+    connect(m_engine, &EngineWorker::kerasImported, this, &EngineController::kerasImported);
     connect(m_engine, &EngineWorker::log, this, &EngineController::log);
     connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
     // Snapshots go straight to the chat thread (queued there), and the UI hears about them.
@@ -370,6 +406,26 @@ void EngineController::runDoctor()
 {
     QMetaObject::invokeMethod(
         m_engine, [w = m_engine] { w->doctor(); }, Qt::QueuedConnection);
+}
+
+bool EngineController::canImportKeras()
+{
+#ifdef CHATBENCH_HAVE_KERAS
+    return true;
+#else
+    return false;
+#endif
+}
+
+void EngineController::importKeras(const QString& model, const QString& tokenizer, const QString& startWord,
+    const QString& endWord, const QString& runDir)
+{
+    QMetaObject::invokeMethod(
+        m_engine,
+        [w = m_engine, model, tokenizer, startWord, endWord, runDir] {
+            w->importKeras(model, tokenizer, startWord, endWord, runDir);
+        },
+        Qt::QueuedConnection);
 }
 
 void EngineController::stop()

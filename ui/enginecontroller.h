@@ -87,7 +87,7 @@ class EngineController : public QObject {
 
 public:
     // Which job a failure belongs to, so the view that asked can show it in place.
-    enum class Job { Devices, Corpus, Training, Run, Chat, Bench, Doctor };
+    enum class Job { Devices, Corpus, Training, Run, Chat, Bench, Doctor, Import };
     Q_ENUM(Job)
 
     explicit EngineController(QObject* parent = nullptr);
@@ -109,6 +109,12 @@ public:
     bool isBenchmarking() const { return m_benchmarking; }
     // The environment doctor (engine thread, after any job in progress): doctorDone or failed.
     void runDoctor();
+    // Whether this build can import Keras models (HDF5 and libzip were found).
+    static bool canImportKeras();
+    // Imports a Keras model into runDir (engine thread), diagnosing it on up to 30 prompts of the
+    // loaded corpus: kerasImported (then load the run to chat) or failed(…, Job::Import).
+    void importKeras(const QString& model, const QString& tokenizer, const QString& startWord, const QString& endWord,
+        const QString& runDir);
 
     bool isTraining() const { return m_training; }
     bool hasBot() const { return m_hasBot; }
@@ -131,6 +137,7 @@ Q_SIGNALS:
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report); // empty rows: it failed (see failed)
     void doctorDone(const chatbench::DoctorReport& report);
+    void kerasImported(const QString& runDir, const QString& report); // report: notes and diagnosis
     void log(const QString& message);
     void failed(const QString& message, EngineController::Job job);
 

@@ -14,10 +14,16 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFontDatabase>
+#include <QFormLayout>
+#include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
@@ -26,6 +32,7 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTextEdit>
+#include <QVBoxLayout>
 
 using namespace chatbench;
 
@@ -71,6 +78,9 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
             m_engine->loadRun(dir);
         }
     });
+    auto* importAction
+        = file->addAction(tr("&Import Keras model…"), QKeySequence("Ctrl+I"), this, &MainWindow::importKeras);
+    importAction->setEnabled(EngineController::canImportKeras());
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
     auto* run = menuBar()->addMenu(tr("&Run"));
@@ -112,6 +122,26 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
         box->setAttribute(Qt::WA_DeleteOnClose);
         box->setObjectName("doctorReport");
         box->open(); // not modal to the event loop: training and chat go on
+    });
+
+    connect(m_engine, &EngineController::kerasImported, this, [this](const QString& runDir, const QString& report) {
+        // Chat with it at once: the run loads like any other.
+        m_train->setCurrentRun(runDir);
+        m_engine->loadRun(runDir);
+        m_tabs->setCurrentWidget(m_chat);
+        statusBar()->showMessage(tr("imported the Keras model into %1").arg(runDir), 8000);
+        auto* box = new QMessageBox(QMessageBox::Information, tr("Keras model imported"),
+            tr("Imported into %1. Chat with it on the Chat tab; fine-tune it with Run → Resume on a corpus.\n\n%2")
+                .arg(runDir, report.section("\n\n", 1).section("\n", -2, -2)),
+            QMessageBox::Close, this);
+        box->setDetailedText(report);
+        if (auto* text = box->findChild<QTextEdit*>()) { // short table lines, long notes: wrap
+            text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+            text->setMinimumSize(900, 300);
+        }
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->setObjectName("kerasImportReport");
+        box->open();
     });
 
     m_statusDevice = new QLabel;
@@ -198,4 +228,70 @@ void MainWindow::closeEvent(QCloseEvent* event)
     }
     saveSettings();
     event->accept();
+}
+
+void MainWindow::importKeras()
+{
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Import a Keras model"));
+    auto* form = new QFormLayout;
+    auto pathRow = [&](QLineEdit* edit, const QString& caption, const QString& filter, bool folder) {
+        auto* row = new QHBoxLayout;
+        auto* browse = new QPushButton(tr("Browse…"));
+        row->addWidget(edit, 1);
+        row->addWidget(browse);
+        connect(browse, &QPushButton::clicked, &dialog, [&dialog, edit, caption, filter, folder] {
+            const QString p = folder ? QFileDialog::getSaveFileName(&dialog, caption, edit->text())
+                                     : QFileDialog::getOpenFileName(&dialog, caption, edit->text(), filter);
+            if (!p.isEmpty())
+                edit->setText(p);
+        });
+        return row;
+    };
+    auto* model = new QLineEdit;
+    model->setPlaceholderText(tr("chatbot.keras or chatbot.h5"));
+    auto* tokenizer = new QLineEdit;
+    tokenizer->setPlaceholderText(tr("tokenizer.json (tokenizer.to_json())"));
+    auto* start = new QLineEdit("start");
+    auto* end = new QLineEdit("end");
+    start->setToolTip(
+        tr("The word the recipe starts replies with, as the Keras tokenizer keeps it ('<START>' is 'start')"));
+    end->setToolTip(tr("The word the recipe ends replies with"));
+    auto* run = new QLineEdit;
+    form->addRow(
+        tr("Model"), pathRow(model, tr("Keras model"), tr("Keras models (*.keras *.h5 *.hdf5);;All files (*)"), false));
+    form->addRow(
+        tr("Tokenizer"), pathRow(tokenizer, tr("Keras tokenizer JSON"), tr("JSON (*.json);;All files (*)"), false));
+    form->addRow(tr("Start word"), start);
+    form->addRow(tr("End word"), end);
+    form->addRow(tr("Run folder"), pathRow(run, tr("New run folder"), QString(), true));
+    connect(model, &QLineEdit::textChanged, &dialog, [this, run](const QString& m) {
+        if (!m.isEmpty())
+            run->setText(QDir(m_train->runsDir()).filePath(QFileInfo(m).completeBaseName() + "-keras"));
+    });
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    auto* layout = new QVBoxLayout(&dialog);
+    auto* note = new QLabel(tr("The recipe's model: Embedding → LSTM encoder, Embedding → LSTM decoder started from "
+                               "the encoder's states, Dense softmax. The diagnosis asks the loaded corpus' prompts."));
+    note->setWordWrap(true);
+    layout->addWidget(note);
+    layout->addLayout(form);
+    layout->addWidget(buttons);
+    dialog.resize(640, dialog.sizeHint().height());
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    importKerasFiles(model->text(), tokenizer->text(), start->text(), end->text(), run->text());
+}
+
+void MainWindow::importKerasFiles(const QString& model, const QString& tokenizer, const QString& startWord,
+    const QString& endWord, const QString& runDir)
+{
+    if (model.isEmpty() || tokenizer.isEmpty() || runDir.isEmpty()) {
+        showError(tr("Give the model file, the tokenizer JSON and a new run folder."));
+        return;
+    }
+    statusBar()->showMessage(tr("importing %1…").arg(model));
+    m_engine->importKeras(model, tokenizer, startWord, endWord, runDir);
 }

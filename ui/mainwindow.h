@@ -21,6 +21,11 @@ public:
 
     // Opens the last corpus (or `fallbackCorpus` the first time) and the last run, from settings.
     void restore(const QString& fallbackCorpus);
+    // File → Import Keras model…: asks for the files, then imports (engine thread), loads the run
+    // and shows what was mapped with the handoff diagnosis on the loaded corpus' prompts.
+    void importKeras();
+    void importKerasFiles(const QString& model, const QString& tokenizer, const QString& startWord,
+        const QString& endWord, const QString& runDir);
 
     EngineController* engine() const { return m_engine; }
     CorpusView* corpusView() const { return m_corpus; }

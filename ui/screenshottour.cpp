@@ -135,6 +135,7 @@ int ScreenshotTour::run()
     chat->breakSwitch()->setChecked(false);
 
     // 5. A bad corpus: the error names file and line; the window stays usable.
+    const QString original = corpus->currentPath();
     QTemporaryDir tmp;
     const QString bad = tmp.filePath("broken.yml");
     QFile f(bad);
@@ -165,7 +166,7 @@ int ScreenshotTour::run()
     shot("08b-corpus-skipped");
 
     // 6. Compare: benchmark this machine (fp32 and bf16, a race) beside imported reports.
-    corpus->load(m_window->corpusView()->currentPath());
+    corpus->load(original);
     ok = waitFor(engine, &EngineController::corpusLoaded, 30000) && ok;
     auto* compare = m_window->compareView();
     tabs->setCurrentWidget(compare);
@@ -192,5 +193,25 @@ int ScreenshotTour::run()
     } else {
         ok = fail("the doctor's report did not open");
     }
+
+    // 8. A Keras model trained elsewhere (the test fixture), imported and chatted with.
+    const QString fixtures = QString(CHATBENCH_SOURCE_DIR) + "/tests/fixtures/keras/";
+    m_window->importKerasFiles(
+        fixtures + "recipe.keras", fixtures + "recipe_tokenizer.json", "start", "end", tmp.filePath("weather-keras"));
+    ok = waitFor(engine, &EngineController::kerasImported, 60000) && ok;
+    ok = waitFor(engine, &EngineController::runLoaded, 30000) && ok;
+    settle(300);
+    if (auto* box = m_window->findChild<QMessageBox*>("kerasImportReport")) {
+        for (QAbstractButton* b : box->buttons())
+            if (box->buttonRole(b) == QMessageBox::ActionRole)
+                b->click(); // "Show Details..."
+        shot("11-keras-import", box);
+        box->close();
+    } else {
+        ok = fail("the import report did not open");
+    }
+    chat->ask("will it rain tomorrow");
+    ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
+    shot("12-keras-chat");
     return ok ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 
 #include "chatbench/bench.h"
 #include "chatbench/error.h"
+#include "chatbench/runs.h"
 #include "common.h"
 
 #include <unistd.h>
@@ -21,6 +22,7 @@ using namespace chatbench;
 struct BenchArgs {
     std::string corpus;
     CorpusFlags corpusFlags;
+    std::string run; // take the model's sizes from this run (e.g. an imported Keras model)
     BenchConfig cfg;
     std::vector<std::string> precisions = { benchPrecisionName(BenchPrecision::FP32) };
     std::string out = "bench-report.json";
@@ -77,6 +79,13 @@ int run(BenchArgs a)
     a.cfg.precisions.clear();
     for (const auto& p : a.precisions)
         a.cfg.precisions.push_back(*parseBenchPrecision(p));
+    if (!a.run.empty()) {
+        // The timings depend on the sizes, not the weights: the run's sizes on this corpus.
+        const ModelConfig m = loadRunConfig(a.run).model;
+        a.cfg.embedDim = m.embedDim;
+        a.cfg.hidden = m.hidden;
+        a.cfg.layers = m.layers;
+    }
     const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();
@@ -116,6 +125,9 @@ void addBenchCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--preset", a->cfg.preset, "Model preset: seed, quick, large")
         ->check(oneOf(presetNames()))
         ->capture_default_str();
+    cmd->add_option("--run", a->run,
+        "Time a run's model sizes (embedding, LSTM units, layers; over --embed/--hidden/--layers), e.g. an imported "
+        "Keras model's");
     cmd->add_option("--embed", a->cfg.embedDim, "Embedding width (default: the preset's)")->check(CLI::Range(1, 8192));
     cmd->add_option("--hidden", a->cfg.hidden, "LSTM units (default: the preset's)")->check(CLI::Range(1, 8192));
     cmd->add_option("--layers", a->cfg.layers, "LSTM layers (default: the preset's)")->check(CLI::Range(1, 8));

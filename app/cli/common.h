@@ -18,6 +18,9 @@ void addTrainCommand(CLI::App& app, int& exitCode);
 void addChatCommand(CLI::App& app, int& exitCode);
 void addBenchCommand(CLI::App& app, int& exitCode);
 void addDoctorCommand(CLI::App& app, int& exitCode);
+#ifdef CHATBENCH_HAVE_KERAS
+void addImportKerasCommand(CLI::App& app, int& exitCode);
+#endif
 
 // Set by the first Ctrl-C (or SIGTERM); long jobs stop after their current batch.
 std::atomic<bool>& cancelFlag();

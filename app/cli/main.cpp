@@ -20,6 +20,9 @@ int main(int argc, char** argv)
     cli::addChatCommand(app, exitCode);
     cli::addDoctorCommand(app, exitCode);
     cli::addBenchCommand(app, exitCode);
+#ifdef CHATBENCH_HAVE_KERAS
+    cli::addImportKerasCommand(app, exitCode);
+#endif
 
     cli::installSignalHandlers();
     try {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -432,6 +433,77 @@ std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, co
     for (auto& rep : replies)
         rep.text = I.tok.decode(rep.ids);
     return replies;
+}
+
+HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::string>& prompts)
+{
+    HandoffDiagnosis d;
+    d.prompts = static_cast<int>(prompts.size());
+    for (HandoffMode mode : { HandoffMode::Correct, HandoffMode::ZeroInit, HandoffMode::ResetEachStep }) {
+        DecodeOptions opt;
+        opt.handoff = mode;
+        std::map<std::string, int> counts;
+        // In chunks, so a long prompt list never builds one huge padded batch.
+        for (size_t at = 0; at < prompts.size(); at += 64) {
+            const std::vector<std::string> chunk(prompts.begin() + static_cast<ptrdiff_t>(at),
+                prompts.begin() + static_cast<ptrdiff_t>(std::min(prompts.size(), at + 64)));
+            for (const Reply& r : bot.replyBatch(chunk, opt))
+                ++counts[r.text];
+        }
+        HandoffDiagnosis::Mode m;
+        m.handoff = mode;
+        m.distinct = static_cast<int>(counts.size());
+        for (const auto& [text, n] : counts)
+            if (n > m.mostCommonCount) {
+                m.mostCommon = text;
+                m.mostCommonCount = n;
+            }
+        d.modes.push_back(m);
+    }
+    const auto& ok = d.modes[0];
+    const auto& zero = d.modes[1];
+    const auto& reset = d.modes[2];
+    std::ostringstream v;
+    const int n = d.prompts;
+    if (n < 2) {
+        v << "Give at least two prompts to compare replies.";
+    } else if (ok.distinct <= 1) {
+        v << "The model itself gives one reply (\"" << ok.mostCommon << "\") to all " << n
+          << " prompts even with the encoder's state handed over: it is undertrained or collapsed, so the decoding "
+             "loop is not the whole story.";
+    } else {
+        v << "The model is fine: with the encoder's final state_h/state_c as the decoder's initial state it gives "
+          << ok.distinct << " different replies to " << n << " prompts. Started from zeros it gives " << zero.distinct
+          << (zero.distinct == 1 ? " reply" : " replies");
+        if (zero.distinct == 1)
+            v << " (\"" << zero.mostCommon << "\" to every prompt)";
+        v << "; with the state reset every step, " << reset.distinct << ". ";
+        if (zero.distinct * 4 <= ok.distinct || zero.distinct == 1)
+            v << "If your own loop gives the same reply to every question, it does not pass the encoder's states "
+                 "as the decoder's initial_state";
+        else
+            v << "Dropping the state changes the replies less than usual here";
+        if (reset.distinct * 4 <= ok.distinct)
+            v << ", or does not carry the decoder's states from one step to the next";
+        v << ".";
+    }
+    d.verdict = v.str();
+    return d;
+}
+
+std::string describe(const HandoffDiagnosis& d)
+{
+    std::ostringstream o;
+    o << "handoff            distinct replies   most common reply\n";
+    for (const auto& m : d.modes) {
+        std::string name = handoffModeName(m.handoff);
+        name.resize(19, ' ');
+        std::string count = std::to_string(m.distinct) + " / " + std::to_string(d.prompts);
+        count.resize(19, ' ');
+        o << name << count << "\"" << m.mostCommon << "\" (" << m.mostCommonCount << "×)\n";
+    }
+    o << d.verdict << "\n";
+    return o.str();
 }
 
 std::string toJson(const Reply& r, int indent)

@@ -98,7 +98,7 @@ std::string toJson(const TrainConfig& c)
         { "shared_embedding", c.model.sharedEmbedding }, { "max_source_length", c.model.maxSourceLength },
         { "max_target_length", c.model.maxTargetLength } };
     j["tokenizer"] = { { "mode", tokenizerModeName(c.tokenizer.mode) }, { "min_frequency", c.tokenizer.minFrequency },
-        { "max_vocab", c.tokenizer.maxSize } };
+        { "max_vocab", c.tokenizer.maxSize }, { "drop_unknown", c.tokenizer.dropUnknown } };
     j["train"] = { { "optimizer", optimizerName(c.optimizer) }, { "learning_rate", c.learningRate },
         { "clip_norm", c.clipNorm }, { "teacher_forcing", c.teacherForcing }, { "batch_size", c.batchSize },
         { "epochs", c.epochs }, { "validation_fraction", c.validationFraction }, { "patience", c.patience },
@@ -143,6 +143,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         c.tokenizer.mode = *mode;
         c.tokenizer.minFrequency = t.at("min_frequency").get<int>();
         c.tokenizer.maxSize = t.at("max_vocab").get<int>();
+        c.tokenizer.dropUnknown = t.value("drop_unknown", false);
         const auto& tr = j.at("train");
         const auto opt = parseOptimizer(tr.at("optimizer").get<std::string>());
         if (!opt)

@@ -100,6 +100,21 @@ Tokenizer Tokenizer::build(const std::vector<Pair>& pairs, const TokenizerOption
     return tok;
 }
 
+Tokenizer Tokenizer::fromWords(const std::vector<std::string>& words, const TokenizerOptions& options)
+{
+    Tokenizer tok;
+    tok.m_options = options;
+    tok.m_words = kSpecials;
+    tok.m_words.insert(tok.m_words.end(), words.begin(), words.end());
+    for (size_t i = 0; i < tok.m_words.size(); ++i) {
+        if (tok.m_words[i].empty())
+            throw Error("word " + std::to_string(i) + " of the vocabulary is empty");
+        if (!tok.m_ids.emplace(tok.m_words[i], static_cast<int64_t>(i)).second)
+            throw Error("word '" + tok.m_words[i] + "' appears twice in the vocabulary");
+    }
+    return tok;
+}
+
 Encoded Tokenizer::encode(const std::string& text) const
 {
     Encoded e;
@@ -108,7 +123,8 @@ Encoded Tokenizer::encode(const std::string& text) const
         auto it = m_ids.find(w);
         // Special-token spellings typed by a user are words like any other, not control tokens.
         if (it == m_ids.end() || it->second < 4) {
-            e.ids.push_back(kUnk);
+            if (!m_options.dropUnknown)
+                e.ids.push_back(kUnk);
             e.unknown.push_back(w);
         } else {
             e.ids.push_back(it->second);
@@ -156,6 +172,7 @@ void Tokenizer::save(const std::string& path) const
     j["mode"] = tokenizerModeName(m_options.mode);
     j["min_frequency"] = m_options.minFrequency;
     j["max_size"] = m_options.maxSize;
+    j["drop_unknown"] = m_options.dropUnknown;
     j["tokens"] = m_words;
     writeFileAtomic(path, j.dump(1));
 }
@@ -173,6 +190,7 @@ Tokenizer Tokenizer::load(const std::string& path)
         tok.m_options.mode = *mode;
         tok.m_options.minFrequency = j.at("min_frequency").get<int>();
         tok.m_options.maxSize = j.at("max_size").get<int>();
+        tok.m_options.dropUnknown = j.value("drop_unknown", false);
         tok.m_words = j.at("tokens").get<std::vector<std::string>>();
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, std::string("bad vocabulary: ") + e.what());

@@ -291,10 +291,20 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
     s.state = loadState(runDir);
-    if (s.state.corpusFingerprint != corpusFingerprint(corpus.pairs))
+    if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
+        // A run that has not trained on anything yet (an imported model): this corpus becomes its
+        // own, and training from here is fine-tuning.
+        s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+        s.cfg.corpus = corpus.path;
+        s.cfg.corpusFormat = corpus.format;
+        s.cfg.pairing = corpus.pairing;
+        writeFileAtomic(configPath(runDir), toJson(s.cfg));
+        log(cb, "fine-tuning on " + (corpus.path.empty() ? std::string("the given corpus") : corpus.path));
+    } else if (s.state.corpusFingerprint != corpusFingerprint(corpus.pairs)) {
         throw Error(runDir, 0,
             "the corpus differs from the one this run started with (" + s.cfg.corpus
                 + "); resume needs the same pairs");
+    }
     s.tok = Tokenizer::load(vocabPath(runDir));
     if (epochs > 0 && epochs != s.cfg.epochs) {
         s.cfg.epochs = epochs;

@@ -74,7 +74,8 @@ struct TraceChecks {
     bool stateCarried = false; // exactly 0
     double teacherForcedMaxDiff = 0; // max |step-wise logits − one teacher-forced pass from the encoder state|
     bool teacherForcedEqual = false; // within kLogitTolerance
-    double gateReplayMaxDiff = 0; // the traced states (and gates) against an LSTM step written out gate by gate from the module's weights
+    double gateReplayMaxDiff
+        = 0; // the traced states (and gates) against an LSTM step written out gate by gate from the module's weights
     static constexpr double kLogitTolerance = 1e-4;
 };
 
@@ -122,6 +123,25 @@ public:
 private:
     std::shared_ptr<Impl> m_impl;
 };
+
+// What a decoding loop that drops the state would answer, measured: greedy replies to the same
+// prompts with the correct handoff, with the decoder started from zeros, and with the state reset
+// every step. "Your model is fine; your decoding loop drops the state" becomes a sentence with
+// numbers (the verdict).
+struct HandoffDiagnosis {
+    struct Mode {
+        HandoffMode handoff = HandoffMode::Correct;
+        int distinct = 0; // different replies among the prompts
+        std::string mostCommon; // the reply given most often
+        int mostCommonCount = 0;
+    };
+    int prompts = 0;
+    std::vector<Mode> modes; // correct, zero-init, reset-each-step
+    std::string verdict;
+};
+HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::string>& prompts);
+// The three rows and the verdict, for people.
+std::string describe(const HandoffDiagnosis& d);
 
 // The reply and its whole trace as JSON.
 std::string toJson(const Reply& reply, int indent = -1);

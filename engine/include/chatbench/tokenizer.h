@@ -22,10 +22,13 @@ struct TokenizerOptions {
     TokenizerMode mode = TokenizerMode::Keras;
     int minFrequency = 1; // words seen fewer times become <unk>
     int maxSize = 0; // most frequent words kept, specials included; 0 = no limit
+    // Unknown words are left out of the ids instead of becoming <unk> (a Keras Tokenizer made
+    // without oov_token does this; imported Keras models keep its behaviour).
+    bool dropUnknown = false;
 };
 
 struct Encoded {
-    std::vector<int64_t> ids; // one per word, <unk> for unknown words
+    std::vector<int64_t> ids; // one per word, <unk> for unknown words (none with dropUnknown)
     std::vector<std::string> words; // the words the text split into
     std::vector<std::string> unknown; // the words that became <unk>, in order
 };
@@ -40,6 +43,9 @@ public:
     Tokenizer() = default;
     // Counts the words of every prompt and response.
     static Tokenizer build(const std::vector<Pair>& pairs, const TokenizerOptions& options);
+    // A vocabulary given word by word (ids 4, 5, … in order after the specials). Throws Error
+    // for an empty or repeated word.
+    static Tokenizer fromWords(const std::vector<std::string>& words, const TokenizerOptions& options);
     // Loads what save wrote. Throws Error(file, line) for a missing or malformed file.
     static Tokenizer load(const std::string& path);
     void save(const std::string& path) const; // atomic

@@ -1,0 +1,775 @@
+#include "kerasfile.h"
+
+#include "chatbench/error.h"
+#include "text.h"
+
+#include <H5Cpp.h>
+#include <nlohmann/json.hpp>
+#include <zip.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace chatbench {
+
+namespace {
+
+// Sizes no chatbot has: a file declaring more is refused before anything is allocated.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+constexpr int64_t kMaxElements = int64_t(1) << 30;
+constexpr uint64_t kMaxConfigBytes = 64ull << 20;
+constexpr uint64_t kMaxWeightsBytes = 2ull << 30;
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string out = "(";
+    for (size_t i = 0; i < s.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + ")";
+}
+
+// ---- the container: zip (Keras 3) or HDF5 (legacy) ---------------------------------------------
+
+enum class Container { Zip, Hdf5, Other };
+
+Container sniff(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw Error(path, 0, "cannot open the model file");
+    char head[8] = {};
+    in.read(head, sizeof head);
+    if (in.gcount() >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0)
+        return Container::Zip;
+    if (in.gcount() == 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0)
+        return Container::Hdf5;
+    return Container::Other;
+}
+
+// One member of a zip archive, read whole after checking its declared size.
+class ZipArchive {
+public:
+    explicit ZipArchive(const std::string& path)
+        : m_path(path)
+    {
+        int err = 0;
+        m_zip = zip_open(path.c_str(), ZIP_RDONLY, &err);
+        if (!m_zip) {
+            zip_error_t e;
+            zip_error_init_with_code(&e, err);
+            const std::string why = zip_error_strerror(&e);
+            zip_error_fini(&e);
+            throw Error(path, 0, "not a readable .keras (zip) file: " + why);
+        }
+    }
+    ~ZipArchive() { zip_discard(m_zip); }
+    ZipArchive(const ZipArchive&) = delete;
+    ZipArchive& operator=(const ZipArchive&) = delete;
+
+    bool has(const std::string& name) const { return zip_name_locate(m_zip, name.c_str(), 0) >= 0; }
+
+    std::string read(const std::string& name, uint64_t limit) const
+    {
+        const zip_int64_t index = zip_name_locate(m_zip, name.c_str(), 0);
+        if (index < 0)
+            throw Error(m_path, 0, "the archive has no " + name + " (not a Keras 3 .keras file)");
+        zip_stat_t st;
+        zip_stat_init(&st);
+        if (zip_stat_index(m_zip, static_cast<zip_uint64_t>(index), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+            throw Error(m_path, 0, name + ": cannot read its size in the archive");
+        if ((st.valid & ZIP_STAT_COMP_METHOD) && (st.valid & ZIP_STAT_COMP_SIZE) && st.comp_method == ZIP_CM_STORE
+            && st.comp_size != st.size)
+            throw Error(m_path, 0,
+                name + " is stored uncompressed but declares " + std::to_string(st.size) + " bytes for "
+                    + std::to_string(st.comp_size) + " (corrupt archive)");
+        if (st.size > limit)
+            throw Error(m_path, 0,
+                name + " declares " + std::to_string(st.size) + " bytes, more than the " + std::to_string(limit)
+                    + " a chatbot model can need");
+        zip_file_t* f = zip_fopen_index(m_zip, static_cast<zip_uint64_t>(index), 0);
+        if (!f)
+            throw Error(m_path, 0, name + ": " + zip_strerror(m_zip));
+        std::string out(static_cast<size_t>(st.size), '\0');
+        zip_uint64_t done = 0;
+        while (done < st.size) {
+            const zip_int64_t n = zip_fread(f, out.data() + done, st.size - done);
+            if (n <= 0) {
+                const std::string why = n < 0 ? zip_file_strerror(f) : "the member ends early";
+                zip_fclose(f);
+                throw Error(m_path, 0, name + ": " + why + " (truncated or corrupt archive)");
+            }
+            done += static_cast<zip_uint64_t>(n);
+        }
+        zip_fclose(f);
+        return out;
+    }
+
+private:
+    std::string m_path;
+    zip_t* m_zip = nullptr;
+};
+
+// A file in the temporary folder, removed however reading ends.
+class TempFile {
+public:
+    explicit TempFile(const std::string& bytes)
+    {
+        static std::atomic<int> counter { 0 };
+        m_path = (fs::temp_directory_path()
+            / ("chatbench-keras-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".h5"))
+                     .string();
+        std::ofstream out(m_path, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        out.close();
+        if (!out)
+            throw Error(m_path, 0, "cannot write a temporary copy of the weights (disk full?)");
+    }
+    ~TempFile()
+    {
+        std::error_code ec;
+        fs::remove(m_path, ec);
+    }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    const std::string& path() const { return m_path; }
+
+private:
+    std::string m_path;
+};
+
+// ---- HDF5 ----------------------------------------------------------------------------------------
+
+bool pathExists(const H5::H5File& f, const std::string& path)
+{
+    // Every component must exist for H5Lexists on the next one.
+    std::string cur;
+    size_t start = 0;
+    while (start <= path.size()) {
+        const size_t slash = path.find('/', start);
+        cur = path.substr(0, slash);
+        if (H5Lexists(f.getId(), cur.c_str(), H5P_DEFAULT) <= 0)
+            return false;
+        if (slash == std::string::npos)
+            return true;
+        start = slash + 1;
+    }
+    return true;
+}
+
+std::string readStringAttribute(const H5::H5Object& obj, const std::string& name)
+{
+    H5::Attribute a = obj.openAttribute(name);
+    std::string s;
+    a.read(a.getStrType(), s);
+    return s;
+}
+
+// A 1-D attribute of strings, variable-length (h5py's str) or fixed-length (numpy bytes).
+std::vector<std::string> readStringsAttribute(const H5::H5Object& obj, const std::string& name)
+{
+    H5::Attribute a = obj.openAttribute(name);
+    H5::DataSpace space = a.getSpace();
+    const hssize_t n = space.getSimpleExtentNpoints();
+    if (n < 0 || n > 1'000'000)
+        throw Error("attribute '" + name + "' has an unreasonable size");
+    std::vector<std::string> out;
+    if (n == 0)
+        return out;
+    H5::StrType type = a.getStrType();
+    if (type.isVariableStr()) {
+        std::vector<char*> buf(static_cast<size_t>(n), nullptr);
+        a.read(type, buf.data());
+        for (char* p : buf)
+            out.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(type.getId(), space.getId(), H5P_DEFAULT, buf.data());
+    } else {
+        const size_t len = type.getSize();
+        if (len == 0 || len > 65536)
+            throw Error("attribute '" + name + "' has an unreasonable string length");
+        std::vector<char> buf(static_cast<size_t>(n) * len);
+        a.read(type, buf.data());
+        for (hssize_t i = 0; i < n; ++i) {
+            const char* p = buf.data() + static_cast<size_t>(i) * len;
+            out.emplace_back(p, strnlen(p, len));
+        }
+    }
+    return out;
+}
+
+// A float dataset whose shape must be `expected` exactly.
+KerasTensor readTensor(const H5::H5File& f, const std::string& file, const std::string& path,
+    const std::vector<int64_t>& expected, const std::string& what)
+{
+    H5::DataSet ds = f.openDataSet(path);
+    if (ds.getTypeClass() != H5T_FLOAT)
+        throw Error(file, 0, what + " (" + path + ") is not a floating-point array");
+    H5::DataSpace space = ds.getSpace();
+    const int rank = space.getSimpleExtentNdims();
+    std::vector<int64_t> shape;
+    if (rank > 0 && rank <= 8) {
+        std::vector<hsize_t> dims(static_cast<size_t>(rank));
+        space.getSimpleExtentDims(dims.data());
+        for (hsize_t d : dims)
+            shape.push_back(static_cast<int64_t>(std::min<hsize_t>(d, static_cast<hsize_t>(kMaxElements) + 1)));
+    }
+    if (shape != expected)
+        throw Error(file, 0,
+            what + " (" + path + ") has shape " + shapeText(shape) + ", the config says " + shapeText(expected));
+    KerasTensor t;
+    t.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape)
+        n *= d;
+    t.data.resize(static_cast<size_t>(n));
+    ds.read(t.data.data(), H5::PredType::NATIVE_FLOAT);
+    for (float v : t.data)
+        if (!std::isfinite(v))
+            throw Error(file, 0, what + " (" + path + ") holds NaN or infinite values");
+    return t;
+}
+
+// Where each layer's weights are, in the layer's own order (kernel, recurrent kernel, bias, …).
+using WeightIndex = std::map<std::string, std::vector<std::string>>;
+
+// Keras 3 model.weights.h5: layers/<object>/vars/<i> (LSTM: layers/<object>/cell/vars/<i>); the
+// layer's name is the "name" attribute of its vars group.
+WeightIndex indexKeras3(const H5::H5File& f)
+{
+    WeightIndex index;
+    if (!pathExists(f, "layers"))
+        return index;
+    H5::Group layers = f.openGroup("layers");
+    for (hsize_t i = 0; i < layers.getNumObjs(); ++i) {
+        const std::string object = layers.getObjnameByIdx(i);
+        const std::string base = "layers/" + object;
+        if (!pathExists(f, base + "/vars"))
+            continue;
+        std::string name = object;
+        H5::Group vars = f.openGroup(base + "/vars");
+        if (vars.attrExists("name"))
+            name = readStringAttribute(vars, "name");
+        // Every dataset in a "vars" group under the layer, by path with numeric indices.
+        std::vector<std::pair<std::string, int>> found;
+        std::function<void(const std::string&, int)> walk = [&](const std::string& group, int depth) {
+            if (depth > 6)
+                return;
+            H5::Group g = f.openGroup(group);
+            for (hsize_t k = 0; k < g.getNumObjs(); ++k) {
+                const std::string child = g.getObjnameByIdx(k);
+                const std::string path = group + "/" + child;
+                if (g.getObjTypeByIdx(k) == H5G_GROUP) {
+                    walk(path, depth + 1);
+                } else if (group.size() >= 5 && group.compare(group.size() - 5, 5, "/vars") == 0) {
+                    int idx = -1;
+                    try {
+                        idx = std::stoi(child);
+                    } catch (const std::exception&) {
+                    }
+                    found.emplace_back(path, idx);
+                }
+            }
+        };
+        walk(base, 0);
+        std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+            const std::string ga = a.first.substr(0, a.first.rfind('/')), gb = b.first.substr(0, b.first.rfind('/'));
+            return ga != gb ? ga < gb : a.second < b.second;
+        });
+        auto& paths = index[name];
+        for (const auto& p : found)
+            paths.push_back(p.first);
+    }
+    return index;
+}
+
+// Legacy .h5: model_weights/<layer> lists its datasets in the weight_names attribute.
+WeightIndex indexLegacy(const H5::H5File& f)
+{
+    WeightIndex index;
+    H5::Group root = f.openGroup("model_weights");
+    for (hsize_t i = 0; i < root.getNumObjs(); ++i) {
+        const std::string layer = root.getObjnameByIdx(i);
+        H5::Group g = f.openGroup("model_weights/" + layer);
+        if (!g.attrExists("weight_names"))
+            continue;
+        auto& paths = index[layer];
+        for (const std::string& w : readStringsAttribute(g, "weight_names"))
+            paths.push_back("model_weights/" + layer + "/" + w);
+    }
+    return index;
+}
+
+// ---- the config ----------------------------------------------------------------------------------
+
+struct Ref {
+    std::string layer;
+    int node = 0;
+    int tensor = 0;
+};
+
+struct Layer {
+    std::string name;
+    std::string type; // class_name
+    json config;
+    std::vector<Ref> inputs; // the first call's tensor inputs, in order (main input first)
+    std::vector<Ref> states; // initial_state tensors (Keras 3 keeps them in kwargs)
+};
+
+void collectRefs(const json& j, std::vector<Ref>& out)
+{
+    if (j.is_object()) {
+        if (j.contains("config") && j["config"].is_object() && j["config"].contains("keras_history")) {
+            const json& h = j["config"]["keras_history"];
+            if (h.is_array() && h.size() >= 3 && h[0].is_string() && h[1].is_number_integer()
+                && h[2].is_number_integer())
+                out.push_back({ h[0].get<std::string>(), h[1].get<int>(), h[2].get<int>() });
+            return;
+        }
+        for (const auto& [k, v] : j.items())
+            collectRefs(v, out);
+    } else if (j.is_array()) {
+        for (const auto& v : j)
+            collectRefs(v, out);
+    }
+}
+
+Layer parseLayer(const json& l, const std::string& file)
+{
+    Layer layer;
+    if (!l.is_object() || !l.contains("class_name") || !l["class_name"].is_string() || !l.contains("config")
+        || !l["config"].is_object())
+        throw Error(file, 0, "a layer entry of the model config has no class_name or config");
+    layer.type = l["class_name"].get<std::string>();
+    layer.config = l["config"];
+    if (l.contains("name") && l["name"].is_string())
+        layer.name = l["name"].get<std::string>();
+    else if (layer.config.contains("name") && layer.config["name"].is_string())
+        layer.name = layer.config["name"].get<std::string>();
+    else
+        throw Error(file, 0, "a " + layer.type + " layer of the model config has no name");
+    const json nodes = l.value("inbound_nodes", json::array());
+    if (!nodes.is_array() || nodes.empty())
+        return layer;
+    const json& node = nodes[0];
+    if (node.is_object()) {
+        // Keras 3: {"args": [...], "kwargs": {"initial_state": [...], "mask": ..., ...}}
+        collectRefs(node.value("args", json::array()), layer.inputs);
+        const json kwargs = node.value("kwargs", json::object());
+        if (kwargs.is_object() && kwargs.contains("initial_state"))
+            collectRefs(kwargs["initial_state"], layer.states);
+    } else if (node.is_array()) {
+        // Keras 2: [[name, node, tensor, kwargs], ...]; tensors after the first are the states.
+        for (const json& e : node) {
+            if (!e.is_array() || e.size() < 3 || !e[0].is_string() || !e[1].is_number_integer()
+                || !e[2].is_number_integer())
+                throw Error(file, 0, "layer '" + layer.name + "': unreadable inbound node");
+            Ref r { e[0].get<std::string>(), e[1].get<int>(), e[2].get<int>() };
+            (layer.inputs.empty() ? layer.inputs : layer.states).push_back(r);
+            if (e.size() >= 4 && e[3].is_object() && e[3].contains("initial_state"))
+                collectRefs(e[3]["initial_state"], layer.states);
+        }
+    }
+    return layer;
+}
+
+std::optional<int> declaredLength(const Layer& input)
+{
+    for (const char* key : { "batch_shape", "batch_input_shape" }) {
+        if (!input.config.contains(key))
+            continue;
+        const json& s = input.config[key];
+        if (s.is_array() && s.size() >= 2 && s[1].is_number_integer() && s[1].get<int64_t>() > 0
+            && s[1].get<int64_t>() <= 100000)
+            return s[1].get<int>();
+    }
+    return std::nullopt;
+}
+
+class Graph {
+public:
+    Graph(const json& root, const std::string& file)
+        : m_file(file)
+    {
+        if (!root.is_object() || !root.contains("class_name") || !root.contains("config"))
+            throw Error(file, 0, "the model config has no class_name/config");
+        const std::string cls = root["class_name"].is_string() ? root["class_name"].get<std::string>() : "";
+        if (cls == "Sequential")
+            throw Error(file, 0,
+                "a Sequential model has no encoder → decoder handoff; the seq2seq recipe is a functional Model "
+                "with two inputs");
+        if (cls != "Functional" && cls != "Model")
+            throw Error(file, 0, "the model is a '" + cls + "', not a functional Keras Model");
+        const json& cfg = root["config"];
+        if (!cfg.contains("layers") || !cfg["layers"].is_array())
+            throw Error(file, 0, "the model config lists no layers");
+        for (const json& l : cfg["layers"]) {
+            Layer layer = parseLayer(l, file);
+            m_layers[layer.name] = std::move(layer);
+        }
+        const json out = cfg.value("output_layers", json());
+        if (out.is_array() && !out.empty() && out[0].is_string())
+            m_output = out[0].get<std::string>();
+        else if (out.is_array() && out.size() == 1 && out[0].is_array() && !out[0].empty() && out[0][0].is_string())
+            m_output = out[0][0].get<std::string>();
+        else
+            throw Error(file, 0, "the model must have exactly one output (the decoder's softmax)");
+    }
+
+    const Layer& layer(const std::string& name) const
+    {
+        auto it = m_layers.find(name);
+        if (it == m_layers.end())
+            throw Error(m_file, 0, "the config refers to a layer '" + name + "' it does not define");
+        return it->second;
+    }
+    const Layer& output() const { return layer(m_output); }
+
+    // The layer feeding `l`'s main input, looking through Dropout layers (no effect when answering).
+    const Layer& mainInput(const Layer& l, std::vector<std::string>& notes) const
+    {
+        if (l.inputs.empty())
+            throw Error(m_file, 0, "layer '" + l.name + "' (" + l.type + ") has no input");
+        const Layer* cur = &layer(l.inputs.front().layer);
+        int hops = 0;
+        while (cur->type == "Dropout" || cur->type == "SpatialDropout1D") {
+            notes.push_back("layer '" + cur->name + "' (" + cur->type + ") skipped: it does nothing when answering");
+            if (cur->inputs.empty() || ++hops > 16)
+                throw Error(m_file, 0, "layer '" + cur->name + "' has no input");
+            cur = &layer(cur->inputs.front().layer);
+        }
+        return *cur;
+    }
+    int mainTensor(const Layer& l) const { return l.inputs.empty() ? 0 : l.inputs.front().tensor; }
+
+private:
+    std::string m_file;
+    std::map<std::string, Layer> m_layers;
+    std::string m_output;
+};
+
+const std::string kSupported = "chatbench imports the recipe: Embedding → LSTM encoder, Embedding → LSTM decoder "
+                               "started from the encoder's states, Dense softmax (one or more LSTM layers)";
+
+[[noreturn]] void unsupported(const std::string& file, const Layer& l, const std::string& why)
+{
+    throw Error(file, 0, "layer '" + l.name + "' (" + l.type + ") " + why + "; " + kSupported);
+}
+
+int64_t positive(const std::string& file, const Layer& l, const char* key)
+{
+    if (!l.config.contains(key) || !l.config[key].is_number_integer())
+        throw Error(file, 0, "layer '" + l.name + "' has no integer '" + key + "'");
+    const int64_t v = l.config[key].get<int64_t>();
+    if (v < 1 || v > kMaxDim)
+        throw Error(file, 0, "layer '" + l.name + "': " + key + " = " + std::to_string(v) + " is out of range");
+    return v;
+}
+
+void checkLstm(const std::string& file, const Layer& l)
+{
+    if (l.type != "LSTM")
+        unsupported(file, l, "is not an LSTM");
+    auto str = [&](const char* key, const char* fallback) {
+        const json v = l.config.value(key, json(fallback));
+        return v.is_string() ? v.get<std::string>() : std::string("?");
+    };
+    if (str("activation", "tanh") != "tanh")
+        unsupported(file, l, "uses activation '" + str("activation", "tanh") + "' (only tanh is supported)");
+    if (str("recurrent_activation", "sigmoid") != "sigmoid")
+        unsupported(file, l,
+            "uses recurrent_activation '" + str("recurrent_activation", "sigmoid")
+                + "' (only sigmoid is supported; old Keras defaulted to hard_sigmoid)");
+    for (const char* flag : { "go_backwards", "stateful", "time_major" })
+        if (l.config.value(flag, false))
+            unsupported(file, l, std::string("has ") + flag + " = true");
+}
+
+void checkEmbedding(const std::string& file, const Layer& l)
+{
+    if (l.type != "Embedding")
+        unsupported(file, l, "is where an Embedding was expected");
+}
+
+// The expected shapes of a layer's weights, in the order Keras stores them.
+std::vector<KerasTensor> readWeights(const H5::H5File& f, const std::string& file, const WeightIndex& index,
+    const Layer& l, const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected)
+{
+    auto it = index.find(l.name);
+    if (it == index.end())
+        throw Error(file, 0, "no weights for layer '" + l.name + "' in the file");
+    if (it->second.size() != expected.size())
+        throw Error(file, 0,
+            "layer '" + l.name + "' has " + std::to_string(it->second.size()) + " weight arrays, expected "
+                + std::to_string(expected.size()));
+    std::vector<KerasTensor> out;
+    for (size_t i = 0; i < expected.size(); ++i)
+        out.push_back(
+            readTensor(f, file, it->second[i], expected[i].second, "layer '" + l.name + "' " + expected[i].first));
+    return out;
+}
+
+KerasLstm readLstm(const H5::H5File& f, const std::string& file, const WeightIndex& index, const Layer& l,
+    int64_t input, int64_t units)
+{
+    const bool bias = l.config.value("use_bias", true);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> expected
+        = { { "kernel", { input, 4 * units } }, { "recurrent_kernel", { units, 4 * units } } };
+    if (bias)
+        expected.push_back({ "bias", { 4 * units } });
+    auto w = readWeights(f, file, index, l, expected);
+    KerasLstm out;
+    out.name = l.name;
+    out.kernel = std::move(w[0]);
+    out.recurrent = std::move(w[1]);
+    if (bias)
+        out.bias = std::move(w[2]);
+    else
+        out.bias = { { 4 * units }, std::vector<float>(static_cast<size_t>(4 * units), 0.0f) };
+    return out;
+}
+
+KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightIndex& index, const std::string& file)
+{
+    KerasSeq2Seq m;
+    m.file = file;
+    const Graph g(config, file);
+    std::vector<std::string>& notes = m.notes;
+
+    // The output: Dense softmax, possibly wrapped in TimeDistributed.
+    const Layer& out = g.output();
+    Layer dense = out;
+    if (out.type == "TimeDistributed") {
+        const json inner = out.config.value("layer", json());
+        if (!inner.is_object() || inner.value("class_name", "") != "Dense")
+            unsupported(file, out, "does not wrap a Dense layer");
+        dense.type = "Dense";
+        dense.config = inner["config"];
+    }
+    if (dense.type != "Dense")
+        unsupported(file, out, "is the output; the recipe ends in a Dense softmax");
+    const std::string act = dense.config.value("activation", json("linear")).is_string()
+        ? dense.config.value("activation", json("linear")).get<std::string>()
+        : "?";
+    if (act != "softmax")
+        unsupported(file, out, "has activation '" + act + "'; the recipe's output is softmax");
+
+    // Down the decoder: LSTMs, each started from an encoder LSTM's (h, c).
+    std::vector<const Layer*> dec, enc;
+    const Layer* cur = &g.mainInput(out, notes);
+    while (cur->type == "LSTM") {
+        checkLstm(file, *cur);
+        if (cur->states.size() != 2 || cur->states[0].layer != cur->states[1].layer || cur->states[0].tensor != 1
+            || cur->states[1].tensor != 2)
+            throw Error(file, 0,
+                "decoder LSTM '" + cur->name
+                    + "' is not started from an encoder LSTM's [state_h, state_c] (initial_state); " + kSupported);
+        if (!cur->config.value("return_sequences", false))
+            unsupported(file, *cur, "has return_sequences = false inside the decoder");
+        const Layer& e = g.layer(cur->states[0].layer);
+        checkLstm(file, e);
+        if (!e.config.value("return_state", false))
+            unsupported(file, e, "hands its states to the decoder but has return_state = false");
+        dec.insert(dec.begin(), cur);
+        enc.insert(enc.begin(), &e);
+        if (dec.size() > 16)
+            throw Error(file, 0, "more than 16 stacked LSTM layers");
+        const Layer& below = g.mainInput(*cur, notes);
+        if (below.type == "LSTM" && g.mainTensor(*cur) != 0)
+            unsupported(file, *cur, "reads a state of the layer below instead of its sequence");
+        cur = &below;
+    }
+    if (dec.empty())
+        unsupported(file, *cur, "feeds the output; the recipe's Dense reads a decoder LSTM");
+    checkEmbedding(file, *cur);
+    const Layer& decEmb = *cur;
+    if (g.mainInput(decEmb, notes).type != "InputLayer")
+        unsupported(file, decEmb, "does not read a model input");
+
+    // Up the encoder: each LSTM reads the sequence of the one below; the bottom one an Embedding.
+    for (size_t i = 0; i < enc.size(); ++i) {
+        const Layer& below = g.mainInput(*enc[i], notes);
+        if (i == 0) {
+            checkEmbedding(file, below);
+            if (g.mainInput(below, notes).type != "InputLayer")
+                unsupported(file, below, "does not read a model input");
+            m.encoderMask = below.config.value("mask_zero", false);
+            m.sharedEmbedding = below.name == decEmb.name;
+            // The encoder's Embedding layer; read below.
+            if (!m.sharedEmbedding)
+                checkEmbedding(file, below);
+        } else {
+            if (below.name != enc[i - 1]->name || g.mainTensor(*enc[i]) != 0)
+                unsupported(file, *enc[i], "does not read the sequence of the encoder LSTM below it");
+            if (!enc[i - 1]->config.value("return_sequences", false))
+                unsupported(file, *enc[i - 1], "feeds another LSTM but has return_sequences = false");
+        }
+    }
+    const Layer& encEmb = g.mainInput(*enc.front(), notes);
+
+    // Sizes: one vocabulary, one embedding width, one LSTM width throughout.
+    m.layers = static_cast<int>(dec.size());
+    m.vocabulary = positive(file, encEmb, "input_dim");
+    m.embed = positive(file, encEmb, "output_dim");
+    m.hidden = positive(file, *dec.front(), "units");
+    if (positive(file, decEmb, "input_dim") != m.vocabulary || positive(file, decEmb, "output_dim") != m.embed)
+        throw Error(file, 0,
+            "the encoder and decoder embeddings differ in size ('" + encEmb.name + "' vs '" + decEmb.name
+                + "'); chatbench's model has one vocabulary and one embedding width");
+    for (const Layer* l : dec)
+        if (positive(file, *l, "units") != m.hidden)
+            throw Error(file, 0, "LSTM layers of different widths ('" + l->name + "'); all must have the same units");
+    for (const Layer* l : enc)
+        if (positive(file, *l, "units") != m.hidden)
+            throw Error(file, 0, "LSTM layers of different widths ('" + l->name + "'); all must have the same units");
+    Layer denseLayer = dense;
+    if (positive(file, denseLayer, "units") != m.vocabulary)
+        throw Error(file, 0,
+            "the output layer '" + out.name + "' has " + std::to_string(positive(file, denseLayer, "units"))
+                + " units but the vocabulary has " + std::to_string(m.vocabulary) + " words");
+    const int64_t V = m.vocabulary, E = m.embed, H = m.hidden;
+    if (V * std::max(E, H) > kMaxElements)
+        throw Error(file, 0, "the model's sizes exceed what a chatbot can need (vocabulary × width > 2^30)");
+    if (!decEmb.config.value("mask_zero", false) || !m.encoderMask)
+        notes.push_back("mask_zero is off: Keras' recipe pads prompts and runs the encoder over the padding; "
+                        "chatbench encodes the real words only (as Keras does for an unpadded prompt)");
+    m.sourceLength = declaredLength(g.mainInput(encEmb, notes));
+    m.targetLength = declaredLength(g.mainInput(decEmb, notes));
+
+    // The weights, every shape checked against the sizes above.
+    m.encoderEmbedding = std::move(readWeights(f, file, index, encEmb, { { "embeddings", { V, E } } })[0]);
+    m.decoderEmbedding = m.sharedEmbedding
+        ? m.encoderEmbedding
+        : std::move(readWeights(f, file, index, decEmb, { { "embeddings", { V, E } } })[0]);
+    for (size_t i = 0; i < enc.size(); ++i) {
+        m.encoder.push_back(readLstm(f, file, index, *enc[i], i == 0 ? E : H, H));
+        m.decoder.push_back(readLstm(f, file, index, *dec[i], i == 0 ? E : H, H));
+    }
+    const bool bias = dense.config.value("use_bias", true);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> denseShapes = { { "kernel", { H, V } } };
+    if (bias)
+        denseShapes.push_back({ "bias", { V } });
+    auto dw = readWeights(f, file, index, out, denseShapes);
+    m.denseKernel = std::move(dw[0]);
+    m.denseBias = bias ? std::move(dw[1]) : KerasTensor { { V }, std::vector<float>(static_cast<size_t>(V), 0.0f) };
+    notes.insert(notes.begin(),
+        std::to_string(m.layers) + " LSTM layer(s) of " + std::to_string(H) + " units over a " + std::to_string(E)
+            + "-wide embedding of " + std::to_string(V) + " ids" + (m.sharedEmbedding ? " (shared)" : "")
+            + "; decoder '" + dec.front()->name + "' starts from encoder '" + enc.front()->name + "' states; output '"
+            + out.name + "'");
+    return m;
+}
+
+json parseJson(const std::string& bytes, const std::string& file, const std::string& what)
+{
+    try {
+        return json::parse(bytes);
+    } catch (const json::exception& e) {
+        throw Error(file, 0, what + " is not valid JSON: " + e.what());
+    }
+}
+
+} // namespace
+
+KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
+{
+    H5::Exception::dontPrint();
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+        throw Error(path, 0, "no such model file");
+    try {
+        switch (sniff(path)) {
+        case Container::Zip: {
+            const ZipArchive zip(path);
+            const json config = parseJson(zip.read("config.json", kMaxConfigBytes), path, "config.json");
+            const TempFile weights(zip.read("model.weights.h5", kMaxWeightsBytes));
+            if (sniff(weights.path()) != Container::Hdf5)
+                throw Error(path, 0, "model.weights.h5 in the archive is not an HDF5 file");
+            const H5::H5File f(weights.path(), H5F_ACC_RDONLY);
+            return readModel(config, f, indexKeras3(f), path);
+        }
+        case Container::Hdf5: {
+            const H5::H5File f(path, H5F_ACC_RDONLY);
+            if (!f.attrExists("model_config"))
+                throw Error(path, 0,
+                    "an HDF5 file without a model_config attribute: weights only (save_weights), not a whole "
+                    "model — save it with model.save()");
+            if (!pathExists(f, "model_weights"))
+                throw Error(path, 0, "an HDF5 model file without model_weights");
+            const json config = parseJson(readStringAttribute(f, "model_config"), path, "the model_config attribute");
+            return readModel(config, f, indexLegacy(f), path);
+        }
+        case Container::Other: break;
+        }
+    } catch (const H5::Exception& e) {
+        throw Error(path, 0, "unreadable HDF5 data (" + e.getDetailMsg() + "): truncated or corrupt file?");
+    }
+    throw Error(path, 0, "neither a Keras 3 .keras archive (zip) nor a legacy .h5 (HDF5) model file");
+}
+
+KerasTokenizer readKerasTokenizer(const std::string& path)
+{
+    const std::string bytes = text::readFile(path);
+    json root = parseJson(bytes, path, "the tokenizer file");
+    if (root.is_string()) // to_json() written with json.dump: a JSON string holding the JSON
+        root = parseJson(root.get<std::string>(), path, "the tokenizer file");
+    if (!root.is_object() || root.value("class_name", "") != "Tokenizer" || !root.contains("config")
+        || !root["config"].is_object())
+        throw Error(path, 0, "not a Keras tokenizer (tokenizer.to_json() output with class_name 'Tokenizer')");
+    const json& c = root["config"];
+    KerasTokenizer t;
+    t.file = path;
+    // Keras keeps these as strings or plain values depending on the version.
+    auto field = [&](const char* key) -> json {
+        if (!c.contains(key))
+            return json();
+        const json& v = c[key];
+        if (v.is_string() && (key == std::string("word_index")))
+            return parseJson(v.get<std::string>(), path, std::string("config.") + key);
+        return v;
+    };
+    if (field("lower").is_boolean() && !field("lower").get<bool>())
+        throw Error(path, 0, "config.lower is false; chatbench's Keras tokenizer lowercases (lower=True)");
+    if (field("char_level").is_boolean() && field("char_level").get<bool>())
+        throw Error(path, 0, "config.char_level is true; only word-level tokenizers are supported");
+    if (field("split").is_string() && field("split").get<std::string>() != " ")
+        throw Error(path, 0, "config.split is not ' '; chatbench's Keras tokenizer splits on spaces");
+    const std::string defaults = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n";
+    if (field("filters").is_string() && field("filters").get<std::string>() != defaults)
+        throw Error(path, 0,
+            "config.filters differ from Keras' default set; chatbench's Keras tokenizer removes exactly the "
+            "default characters");
+    if (field("num_words").is_number_integer())
+        t.numWords = std::max<int64_t>(0, field("num_words").get<int64_t>());
+    if (field("oov_token").is_string())
+        t.oovToken = field("oov_token").get<std::string>();
+    const json index = field("word_index");
+    if (!index.is_object() || index.empty())
+        throw Error(path, 0, "config.word_index is missing or empty");
+    int64_t top = 0;
+    for (const auto& [w, i] : index.items()) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 1 || i.get<int64_t>() > kMaxDim)
+            throw Error(path, 0, "config.word_index['" + w + "'] is not an index between 1 and 2^24");
+        top = std::max(top, i.get<int64_t>());
+    }
+    t.words.assign(static_cast<size_t>(top + 1), std::string());
+    for (const auto& [w, i] : index.items()) {
+        const auto k = static_cast<size_t>(i.get<int64_t>());
+        if (w.empty())
+            throw Error(path, 0, "config.word_index has an empty word");
+        if (!t.words[k].empty())
+            throw Error(path, 0, "config.word_index gives index " + std::to_string(k) + " to two words");
+        t.words[k] = w;
+    }
+    return t;
+}
+
+} // namespace chatbench

@@ -1,0 +1,465 @@
+// Keras import: models trained by Keras (tests/fixtures/keras, made by tools/make_keras_fixtures.py)
+// must answer exactly as Keras did — encoder states and first-step probabilities within 1e-5,
+// greedy replies identical — and every malformed or unsupported file must give an error that
+// names it, never a crash.
+
+#include "chatbench/chatbot.h"
+#include "chatbench/error.h"
+#include "chatbench/kerasimport.h"
+#include "chatbench/runs.h"
+#include "chatbench/trainer.h"
+#include "testutil.h"
+
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+#include <zip.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+using namespace chatbench;
+using nlohmann::json;
+
+namespace {
+
+const std::string kFixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
+
+json readJson(const std::string& path)
+{
+    std::ifstream in(path);
+    return json::parse(in);
+}
+
+std::string readBytes(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    return { std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>() };
+}
+
+void writeBytes(const std::string& path, const std::string& bytes)
+{
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Keras id → word, from the tokenizer the fixture was made with.
+std::map<int64_t, std::string> kerasWords(const std::string& tokenizer)
+{
+    json t = readJson(tokenizer);
+    json index = json::parse(t["config"]["word_index"].get<std::string>());
+    std::map<int64_t, std::string> out;
+    for (const auto& [w, i] : index.items())
+        out[i.get<int64_t>()] = w;
+    return out;
+}
+
+// A .keras archive like `source` with config.json replaced (or left out when `config` is null).
+void writeKeras(const std::string& path, const std::string& source, const json& config, bool withWeights = true)
+{
+    int err = 0;
+    zip_t* in = zip_open(source.c_str(), ZIP_RDONLY, &err);
+    QVERIFY(in);
+    auto member = [&](const char* name) {
+        const zip_int64_t i = zip_name_locate(in, name, 0);
+        zip_stat_t st;
+        zip_stat_index(in, static_cast<zip_uint64_t>(i), 0, &st);
+        std::string bytes(static_cast<size_t>(st.size), '\0');
+        zip_file_t* f = zip_fopen_index(in, static_cast<zip_uint64_t>(i), 0);
+        zip_fread(f, bytes.data(), st.size);
+        zip_fclose(f);
+        return bytes;
+    };
+    const std::string weights = member("model.weights.h5");
+    const std::string metadata = member("metadata.json");
+    zip_discard(in);
+    zip_t* out = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+    QVERIFY(out);
+    std::vector<std::string> keep; // the buffers must live until zip_close
+    auto add = [&](const char* name, const std::string& bytes) {
+        keep.push_back(bytes);
+        zip_source_t* s = zip_source_buffer(out, keep.back().data(), keep.back().size(), 0);
+        zip_file_add(out, name, s, ZIP_FL_OVERWRITE);
+    };
+    keep.reserve(4);
+    add("metadata.json", metadata);
+    if (!config.is_null())
+        add("config.json", config.dump());
+    if (withWeights)
+        add("model.weights.h5", weights);
+    QCOMPARE(zip_close(out), 0);
+}
+
+json& layerNamed(json& config, const std::string& name)
+{
+    for (json& l : config["config"]["layers"])
+        if (l["name"] == name)
+            return l;
+    throw std::runtime_error("no layer " + name);
+}
+
+} // namespace
+
+class TestKeras : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void matchesKeras_data();
+    void matchesKeras();
+    void diagnosisSaysWhatTheLoopDrops();
+    void fineTunesOnACorpus();
+    void badFilesGiveErrors();
+    void unsupportedModelsAreNamed();
+    void badTokenizers();
+
+private:
+    QTemporaryDir m_dir;
+};
+
+void TestKeras::matchesKeras_data()
+{
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("keras3 1 layer, masking, oov token") << "recipe.keras"
+                                                        << "recipe_expected.json";
+    QTest::newRow("legacy h5 from Keras 3, same model") << "recipe.h5"
+                                                        << "recipe_expected.json";
+    QTest::newRow("legacy h5 from Keras 2 (tf_keras)") << "keras2.h5"
+                                                       << "keras2_expected.json";
+    QTest::newRow("keras3 2 stacked layers") << "stacked.keras"
+                                             << "stacked_expected.json";
+    QTest::newRow("keras3 without masking") << "nomask.keras"
+                                            << "nomask_expected.json";
+}
+
+void TestKeras::matchesKeras()
+{
+    QFETCH(QString, model);
+    QFETCH(QString, expected);
+    const json ex = readJson(kFixtures + expected.toStdString());
+    const std::string tokenizer = kFixtures + ex["tokenizer"].get<std::string>();
+    KerasImportOptions opt;
+    opt.model = kFixtures + model.toStdString();
+    opt.tokenizer = tokenizer;
+    opt.maxTargetLength = ex["max_target_length"].get<int>() + 1; // Keras' loop: at most that many steps
+    const std::string run = m_dir.filePath(model).toStdString();
+    const KerasImport r = importKeras(opt, run);
+    QCOMPARE(r.config.model.layers, static_cast<int>(ex["cases"][0]["encoder_h"].size()));
+    const Chatbot bot = Chatbot::load(run);
+
+    // Keras id ↔ chatbench id through the words.
+    const auto words = kerasWords(tokenizer);
+    auto ours = [&](int64_t k) -> int64_t {
+        if (k == 0)
+            return Tokenizer::kPad;
+        const std::string& w = words.at(k);
+        if (w == "start")
+            return Tokenizer::kStart;
+        if (w == "end")
+            return Tokenizer::kEnd;
+        if (w == "<OOV>")
+            return Tokenizer::kUnk;
+        return bot.tokenizer().id(w);
+    };
+
+    for (const json& c : ex["cases"]) {
+        const std::string prompt = c["prompt"].get<std::string>();
+        DecodeOptions o;
+        o.recordLogits = true;
+        const Reply rep = bot.reply(prompt, o);
+        const StateTrace& t = rep.trace;
+        // The same ids in: Keras' tokenizer and ours agree on the prompt.
+        std::vector<int64_t> source;
+        for (const json& k : c["source_ids"])
+            source.push_back(ours(k.get<int64_t>()));
+        QCOMPARE(t.inputIds, source);
+        // The encoder's final state, layer by layer.
+        for (size_t l = 0; l < t.encoderFinal.size(); ++l)
+            for (size_t j = 0; j < t.encoderFinal[l].h.size(); ++j) {
+                QVERIFY2(std::abs(t.encoderFinal[l].h[j] - c["encoder_h"][l][j].get<double>()) < 1e-5, prompt.c_str());
+                QVERIFY2(std::abs(t.encoderFinal[l].c[j] - c["encoder_c"][l][j].get<double>()) < 1e-5, prompt.c_str());
+            }
+        // The first decoder step's probabilities over every Keras class.
+        const std::vector<float>& logits = t.steps.front().logits;
+        double top = -INFINITY, sum = 0;
+        for (float v : logits)
+            top = std::max(top, static_cast<double>(v));
+        for (float v : logits)
+            sum += std::exp(v - top);
+        const json& probs = c["first_step_probs"];
+        double worst = 0;
+        for (size_t k = 0; k < probs.size(); ++k) {
+            const double p = std::exp(logits[static_cast<size_t>(ours(static_cast<int64_t>(k)))] - top) / sum;
+            worst = std::max(worst, std::abs(p - probs[k].get<double>()));
+        }
+        QVERIFY2(worst < 1e-5, qPrintable(QString("%1: max |p - p_keras| = %2").arg(prompt.c_str()).arg(worst)));
+        // The greedy reply, token for token, traced and untraced.
+        std::vector<int64_t> greedy;
+        for (const json& k : c["greedy_ids"])
+            greedy.push_back(ours(k.get<int64_t>()));
+        QCOMPARE(rep.ids, greedy);
+        QCOMPARE(rep.text, c["greedy_reply"].get<std::string>());
+        DecodeOptions fast;
+        fast.trace = false;
+        QCOMPARE(bot.reply(prompt, fast).ids, greedy);
+        QVERIFY(t.checks.handoffEqual && t.checks.stateCarried && t.checks.teacherForcedEqual);
+    }
+    // The run folder is an ordinary run.
+    QVERIFY(isRun(run));
+    QVERIFY(QFile::exists(QString::fromStdString(run + "/keras-import.json")));
+}
+
+void TestKeras::diagnosisSaysWhatTheLoopDrops()
+{
+    const json ex = readJson(kFixtures + "recipe_expected.json");
+    KerasImportOptions opt;
+    opt.model = kFixtures + "recipe.keras";
+    opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+    for (const json& c : ex["cases"])
+        opt.prompts.push_back(c["prompt"].get<std::string>());
+    opt.prompts.push_back("hello there");
+    opt.prompts.push_back("what is the capital of mars");
+    const KerasImport r = importKeras(opt, m_dir.filePath("diagnosed").toStdString());
+    const HandoffDiagnosis& d = r.diagnosis;
+    QCOMPARE(d.prompts, static_cast<int>(opt.prompts.size()));
+    QCOMPARE(d.modes.size(), size_t(3));
+    QCOMPARE(d.modes[0].handoff, HandoffMode::Correct);
+    QVERIFY(d.modes[0].distinct >= 4);
+    // From zeros the decoder never sees the prompt: one reply for all, the seed's symptom.
+    QCOMPARE(d.modes[1].distinct, 1);
+    QCOMPARE(d.modes[1].mostCommonCount, d.prompts);
+    QVERIFY2(d.verdict.find("The model is fine") == 0, d.verdict.c_str());
+    QVERIFY(d.verdict.find("initial_state") != std::string::npos);
+    const std::string text = describe(r);
+    QVERIFY(text.find("zero-init") != std::string::npos);
+}
+
+void TestKeras::fineTunesOnACorpus()
+{
+    KerasImportOptions opt;
+    opt.model = kFixtures + "recipe.keras";
+    opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+    const std::string run = m_dir.filePath("finetuned").toStdString();
+    importKeras(opt, run);
+    const int64_t vocab = Chatbot::load(run).tokenizer().size();
+    Corpus corpus;
+    corpus.path = "in-memory";
+    corpus.pairs = { { "how is the weather", "sunny and warm", "m", 1 }, { "thank you", "you are welcome", "m", 2 },
+        { "will it rain", "yes take an umbrella", "m", 3 }, { "hello", "hello there", "m", 4 } };
+    const TrainResult t = resume(run, corpus, {}, 3);
+    QCOMPARE(t.status, TrainStatus::Finished);
+    QCOMPARE(t.epochsDone, 3);
+    QVERIFY(std::isfinite(t.history.back().trainLoss));
+    const Chatbot bot = Chatbot::load(run);
+    QCOMPARE(bot.tokenizer().size(), vocab); // the imported vocabulary, not one rebuilt from the corpus
+    QCOMPARE(loadRunConfig(run).corpus, std::string("in-memory"));
+    // Bound now: another corpus is refused like for any run.
+    Corpus other = corpus;
+    other.pairs.pop_back();
+    QVERIFY_THROWS_EXCEPTION(Error, resume(run, other, {}, 4));
+}
+
+void TestKeras::badFilesGiveErrors()
+{
+    auto expectError
+        = [&](const std::string& model, const std::string& fragment, const char* tokenizer = "recipe_tokenizer.json") {
+              KerasImportOptions opt;
+              opt.model = model;
+              opt.tokenizer = kFixtures + tokenizer;
+              static int n = 0;
+              const std::string run = m_dir.filePath(QString("bad-%1").arg(n++)).toStdString();
+              try {
+                  importKeras(opt, run);
+                  QFAIL(qPrintable(QString::fromStdString("expected an error for " + model)));
+              } catch (const Error& e) {
+                  QVERIFY2(std::string(e.what()).find(fragment) != std::string::npos, e.what());
+                  QVERIFY2(std::string(e.what()).find(model) != std::string::npos || model.empty(), e.what());
+              }
+              QVERIFY(!QDir(QString::fromStdString(run)).exists()); // nothing half-made is left
+          };
+    const std::string keras = readBytes(kFixtures + "recipe.keras");
+    const std::string h5 = readBytes(kFixtures + "recipe.h5");
+    const std::string dir = m_dir.path().toStdString() + "/";
+    writeBytes(dir + "half.keras", keras.substr(0, keras.size() / 2));
+    expectError(dir + "half.keras", "zip");
+    writeBytes(dir + "half.h5", h5.substr(0, h5.size() / 2));
+    expectError(dir + "half.h5", "HDF5");
+    writeBytes(dir + "head.h5", h5.substr(0, 2000));
+    expectError(dir + "head.h5", "HDF5");
+    writeBytes(dir + "text.keras", "this is not a model\n");
+    expectError(dir + "text.keras", "neither");
+    expectError(dir + "missing.keras", "no such model file");
+    // A flipped byte in the middle of the weights.
+    std::string flipped = h5;
+    for (size_t i = h5.size() / 2; i < h5.size() / 2 + 64; ++i)
+        flipped[i] = static_cast<char>(~flipped[i]);
+    writeBytes(dir + "flipped.h5", flipped);
+    try {
+        KerasImportOptions opt;
+        opt.model = dir + "flipped.h5";
+        opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+        importKeras(opt, dir + "flipped-run");
+        // Flipped weight values can still be floats: then it imports, and must still be a run.
+        QVERIFY(isRun(dir + "flipped-run"));
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("flipped.h5") != std::string::npos, e.what());
+    }
+
+    const json config = json::parse([&] {
+        int err = 0;
+        zip_t* z = zip_open((kFixtures + "recipe.keras").c_str(), ZIP_RDONLY, &err);
+        const zip_int64_t i = zip_name_locate(z, "config.json", 0);
+        zip_stat_t st;
+        zip_stat_index(z, static_cast<zip_uint64_t>(i), 0, &st);
+        std::string bytes(static_cast<size_t>(st.size), '\0');
+        zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
+        zip_fread(f, bytes.data(), st.size);
+        zip_fclose(f);
+        zip_discard(z);
+        return bytes;
+    }());
+    writeKeras(dir + "noweights.keras", kFixtures + "recipe.keras", config, false);
+    expectError(dir + "noweights.keras", "model.weights.h5");
+    writeKeras(dir + "noconfig.keras", kFixtures + "recipe.keras", json());
+    expectError(dir + "noconfig.keras", "config.json");
+    // Shapes that disagree with the weights, and sizes nobody has.
+    json wide = config;
+    layerNamed(wide, "encoder_lstm")["config"]["units"] = 17;
+    layerNamed(wide, "decoder_lstm")["config"]["units"] = 17;
+    writeKeras(dir + "wide.keras", kFixtures + "recipe.keras", wide);
+    expectError(dir + "wide.keras", "shape");
+    json huge = config;
+    layerNamed(huge, "encoder_embedding")["config"]["input_dim"] = int64_t(1) << 40;
+    writeKeras(dir + "huge.keras", kFixtures + "recipe.keras", huge);
+    expectError(dir + "huge.keras", "out of range");
+    json vocab = config;
+    layerNamed(vocab, "decoder_dense")["config"]["units"] = 10;
+    writeKeras(dir + "vocab.keras", kFixtures + "recipe.keras", vocab);
+    expectError(dir + "vocab.keras", "decoder_dense");
+    // An archive whose directory declares a huge weights member: refused before reading it.
+    {
+        std::string z = keras;
+        const std::string name = "model.weights.h5";
+        size_t at = 0;
+        bool patched = false;
+        while ((at = z.find("PK\x01\x02", at)) != std::string::npos) { // central directory entries
+            const auto u16 = [&](size_t o) {
+                return static_cast<size_t>(static_cast<unsigned char>(z[at + o]))
+                    | static_cast<size_t>(static_cast<unsigned char>(z[at + o + 1])) << 8;
+            };
+            if (z.compare(at + 46, u16(28), name) == 0 && u16(28) == name.size()) {
+                for (int i = 0; i < 4; ++i)
+                    z[at + 24 + static_cast<size_t>(i)] = static_cast<char>(0xF0 | (i == 0 ? 0 : 0x0F)); // ~4.29 GB
+                patched = true;
+            }
+            at += 4;
+        }
+        QVERIFY(patched);
+        writeBytes(dir + "hugemember.keras", z);
+        expectError(dir + "hugemember.keras", "declares 4294967280 bytes");
+    }
+    // The folder must not already hold a run.
+    KerasImportOptions opt;
+    opt.model = kFixtures + "recipe.keras";
+    opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+    importKeras(opt, dir + "taken");
+    QVERIFY_THROWS_EXCEPTION(Error, importKeras(opt, dir + "taken"));
+    QVERIFY(Chatbot::load(dir + "taken").tokenizer().size() > 4); // and the first import is intact
+}
+
+void TestKeras::unsupportedModelsAreNamed()
+{
+    const std::string dir = m_dir.path().toStdString() + "/";
+    int err = 0;
+    zip_t* z = zip_open((kFixtures + "recipe.keras").c_str(), ZIP_RDONLY, &err);
+    const zip_int64_t i = zip_name_locate(z, "config.json", 0);
+    zip_stat_t st;
+    zip_stat_index(z, static_cast<zip_uint64_t>(i), 0, &st);
+    std::string bytes(static_cast<size_t>(st.size), '\0');
+    zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
+    zip_fread(f, bytes.data(), st.size);
+    zip_fclose(f);
+    zip_discard(z);
+    const json config = json::parse(bytes);
+    auto expectError = [&](const json& cfg, const std::string& name, const std::vector<std::string>& fragments) {
+        const std::string path = dir + name + ".keras";
+        writeKeras(path, kFixtures + "recipe.keras", cfg);
+        KerasImportOptions opt;
+        opt.model = path;
+        opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+        try {
+            importKeras(opt, dir + name + "-run");
+            QFAIL(qPrintable(QString::fromStdString("expected an error for " + name)));
+        } catch (const Error& e) {
+            for (const auto& fr : fragments)
+                QVERIFY2(std::string(e.what()).find(fr) != std::string::npos, e.what());
+        }
+    };
+    json gru = config;
+    layerNamed(gru, "encoder_lstm")["class_name"] = "GRU";
+    expectError(gru, "gru", { "'encoder_lstm' (GRU)", "not an LSTM" });
+    json relu = config;
+    layerNamed(relu, "decoder_lstm")["config"]["activation"] = "relu";
+    expectError(relu, "relu", { "'decoder_lstm'", "relu" });
+    json hard = config;
+    layerNamed(hard, "encoder_lstm")["config"]["recurrent_activation"] = "hard_sigmoid";
+    expectError(hard, "hard", { "'encoder_lstm'", "hard_sigmoid" });
+    json noState = config;
+    layerNamed(noState, "decoder_lstm")["inbound_nodes"][0]["kwargs"].erase("initial_state");
+    expectError(noState, "nostate", { "'decoder_lstm'", "initial_state" });
+    json backwards = config;
+    layerNamed(backwards, "encoder_lstm")["config"]["go_backwards"] = true;
+    expectError(backwards, "backwards", { "'encoder_lstm'", "go_backwards" });
+    json linear = config;
+    layerNamed(linear, "decoder_dense")["config"]["activation"] = "linear";
+    expectError(linear, "linear", { "'decoder_dense'", "softmax" });
+    json sequential = config;
+    sequential["class_name"] = "Sequential";
+    expectError(sequential, "sequential", { "Sequential" });
+    json dangling = config;
+    layerNamed(dangling, "decoder_dense")["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0] = "nowhere";
+    expectError(dangling, "dangling", { "'nowhere'" });
+}
+
+void TestKeras::badTokenizers()
+{
+    const std::string dir = m_dir.path().toStdString() + "/";
+    auto expectError
+        = [&](const std::string& tokenizer, const std::string& fragment, const std::string& start = "start") {
+              KerasImportOptions opt;
+              opt.model = kFixtures + "recipe.keras";
+              opt.tokenizer = tokenizer;
+              opt.startWord = start;
+              try {
+                  importKeras(opt, dir + "tok-run");
+                  QFAIL("expected an error");
+              } catch (const Error& e) {
+                  QVERIFY2(std::string(e.what()).find(fragment) != std::string::npos, e.what());
+                  QVERIFY2(std::string(e.what()).find(tokenizer) != std::string::npos, e.what());
+              }
+          };
+    expectError(kFixtures + "recipe_tokenizer.json", "'begin'", "begin");
+    json t = readJson(kFixtures + "recipe_tokenizer.json");
+    json lower = t;
+    lower["config"]["lower"] = false;
+    writeBytes(dir + "lower.json", lower.dump());
+    expectError(dir + "lower.json", "lower");
+    json filters = t;
+    filters["config"]["filters"] = "!";
+    writeBytes(dir + "filters.json", filters.dump());
+    expectError(dir + "filters.json", "filters");
+    writeBytes(dir + "broken.json", "{\"class_name\": \"Tokenizer\", \"config\": ");
+    expectError(dir + "broken.json", "JSON");
+    writeBytes(dir + "other.json", "{\"class_name\": \"TextVectorization\", \"config\": {}}");
+    expectError(dir + "other.json", "Keras tokenizer");
+    json bad = t;
+    bad["config"]["word_index"] = "{\"hello\": -3}";
+    writeBytes(dir + "negative.json", bad.dump());
+    expectError(dir + "negative.json", "word_index");
+}
+
+QTEST_GUILESS_MAIN(TestKeras)
+#include "tst_keras.moc"
