@@ -2,10 +2,13 @@
 
 #include "testutil.h"
 
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+
+#include <sys/stat.h>
 
 namespace {
 
@@ -52,6 +55,7 @@ private Q_SLOTS:
     void interactiveChat();
     void badArguments();
     void stopAndResume();
+    void corruptRunFilesAndTwoWriters();
     void doctor();
     void bench();
     void importKeras();
@@ -221,6 +225,27 @@ void TestCli::badArguments()
     const Run noRun = cli({ "chat", "--run", m_dir.filePath("missing"), "--once", "hi" });
     QCOMPARE(noRun.code, 1);
     QVERIFY(noRun.err.contains("config.json"));
+    // NaN and out-of-range numbers are refused, not silently replaced.
+    for (const QStringList& bad :
+        { QStringList { "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--temperature", "nan" },
+            QStringList { "chat", "--run", m_run, "--once", "hi", "--seed", "-1" },
+            QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--lr", "nan" },
+            QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--dropout", "inf" },
+            QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--seed", "-1" } }) {
+        const Run r = cli(bad);
+        QVERIFY2(r.code != 0, qPrintable(bad.join(' ')));
+    }
+    QVERIFY(!QDir(m_dir.filePath("nan")).exists());
+    // Invalid UTF-8 typed into a chat asked for JSON: replaced in the JSON, not an exception.
+    const Run bytes = cli({ "chat", "--run", m_run, "--json" }, QByteArray("caf\xC3 \xFF good morning\n"));
+    QVERIFY2(bytes.code == 0, qPrintable(bytes.err));
+    QVERIFY(QJsonDocument::fromJson(bytes.out.split('\n').first().toUtf8()).isObject() || bytes.out.contains("reply"));
+    // A FIFO named as a corpus is refused at once (it used to block forever).
+    const QString fifo = m_dir.filePath("pipe.tsv");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    const Run pipe = cli({ "corpus", "validate", fifo }, {}, 30000);
+    QCOMPARE(pipe.code, 1);
+    QVERIFY(pipe.err.contains("not a regular file"));
     // No GPU here: asking for one falls back with a note, never a crash.
     const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);
@@ -245,6 +270,58 @@ void TestCli::stopAndResume()
     const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "40" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("finished after 40 epoch(s)"));
+}
+
+void TestCli::corruptRunFilesAndTwoWriters()
+{
+    // state.json with a negative batch index once crashed resume (SIGSEGV): now an error naming it.
+    const QString run = m_dir.filePath("hurt");
+    QVERIFY(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", run, "--epochs", "1" }).code == 0);
+    QFile st(run + "/state.json");
+    QVERIFY(st.open(QIODevice::ReadOnly));
+    const QByteArray good = st.readAll();
+    st.close();
+    QJsonObject j = QJsonDocument::fromJson(good).object();
+    j["batch_in_epoch"] = -5;
+    testutil::writeFile(m_dir, "hurt/state.json", QJsonDocument(j).toJson());
+    const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "2" });
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(run + "/state.json") && r.err.contains("batch_in_epoch"), qPrintable(r.err));
+    testutil::writeFile(m_dir, "hurt/state.json", good);
+    // A checkpoint overwritten with garbage: an error naming the file.
+    const QString ckpt = run + "/" + QJsonDocument::fromJson(good).object()["checkpoint"].toString();
+    QFile c(ckpt);
+    QVERIFY(c.open(QIODevice::ReadOnly));
+    QByteArray bytes = c.readAll();
+    c.close();
+    testutil::writeFile(m_dir, "hurt/" + QFileInfo(ckpt).fileName(), bytes.left(bytes.size() / 3));
+    const Run cut = cli({ "chat", "--run", run, "--once", "hello" });
+    QCOMPARE(cut.code, 1);
+    QVERIFY2(cut.err.contains(ckpt), qPrintable(cut.err));
+    testutil::writeFile(m_dir, "hurt/" + QFileInfo(ckpt).fileName(), bytes);
+
+    // Two trains started together on one folder: one trains, the other is refused; the run loads.
+    const QString shared = m_dir.filePath("shared");
+    QProcess a, b;
+    const QStringList args
+        = { "train", "--preset", "quick", "--corpus", m_corpus, "--run", shared, "--epochs", "3", "--quiet" };
+    a.start(CHATBENCH_CLI, args);
+    b.start(CHATBENCH_CLI, args);
+    QVERIFY(a.waitForFinished(300000) && b.waitForFinished(300000));
+    const QString errs = QString::fromUtf8(a.readAllStandardError() + b.readAllStandardError());
+    QCOMPARE(a.exitCode() + b.exitCode(), 1); // exactly one refused
+    QVERIFY2(errs.contains("in use by process") || errs.contains("already holds a run"), qPrintable(errs));
+    const Run chat = cli({ "chat", "--run", shared, "--once", "good morning" });
+    QVERIFY2(chat.code == 0, qPrintable(chat.err));
+    // And two resumes of one run: one refused while the other writes.
+    QProcess c1, c2;
+    const QStringList more = { "train", "--resume", "--run", shared, "--epochs", "150", "--quiet" };
+    c1.start(CHATBENCH_CLI, more);
+    c2.start(CHATBENCH_CLI, more);
+    QVERIFY(c2.waitForFinished(300000) && c1.waitForFinished(300000));
+    const QString both = QString::fromUtf8(c1.readAllStandardError() + c2.readAllStandardError());
+    QCOMPARE(c1.exitCode() + c2.exitCode(), 1);
+    QVERIFY2(both.contains("in use by process"), qPrintable(both));
 }
 
 void TestCli::doctor()

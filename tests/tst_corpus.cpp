@@ -2,9 +2,12 @@
 
 #include "chatbench/corpus.h"
 #include "chatbench/error.h"
+#include "chatbench/tokenizer.h"
 #include "testutil.h"
 
 #include <QFileInfo>
+
+#include <sys/stat.h>
 
 using namespace chatbench;
 
@@ -19,6 +22,8 @@ private Q_SLOTS:
     void yamlFolder();
     void yamlFolderSkipsUnreadableFiles();
     void pairings();
+    void specialFilesAreRefused();
+    void aliasBombIsCapped();
     void cornellFolder();
     void cornellMissingLine();
     void latin1Option();
@@ -213,6 +218,53 @@ void TestCorpus::yamlFolderSkipsUnreadableFiles()
     } catch (const Error& e) {
         QCOMPARE(e.file(), only);
     }
+}
+
+void TestCorpus::specialFilesAreRefused()
+{
+    // A FIFO would block the reader until a writer came (it hung `corpus validate`).
+    QTemporaryDir dir;
+    const std::string fifo = dir.filePath("pipe.tsv").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    for (int i = 0; i < 2; ++i) {
+        try {
+            if (i == 0)
+                loadCorpus(fifo);
+            else
+                detectFormat(fifo);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QCOMPARE(e.file(), fifo);
+            QVERIFY2(QString(e.what()).contains("not a regular file"), e.what());
+        }
+    }
+    LoadOptions tsv;
+    tsv.format = CorpusFormat::Tsv;
+    QVERIFY_THROWS_EXCEPTION(Error, loadCorpus(fifo, tsv));
+    QVERIFY_THROWS_EXCEPTION(Error, Tokenizer::load(fifo));
+}
+
+void TestCorpus::aliasBombIsCapped()
+{
+    // A 100 KB file whose aliases repeat one 50 KB text 3000 times expands to 150 MB: over the cap
+    // it is an error (strict or not), raised it loads. (Uncapped, such files took gigabytes.)
+    QTemporaryDir dir;
+    QByteArray yaml = "conversations:\n- - &big " + QByteArray(50000, 'x') + "\n  - hi\n";
+    for (int i = 0; i < 1500; ++i)
+        yaml += "- - *big\n  - *big\n";
+    const std::string path = testutil::writeFile(dir, "bomb.yml", yaml);
+    LoadOptions opt;
+    opt.maxTextBytes = int64_t(64) << 20;
+    try {
+        loadCorpus(path, opt);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), path);
+        QVERIFY(e.line() > 1);
+        QVERIFY2(QString(e.what()).contains("more than 64 MiB of text"), e.what());
+    }
+    opt.maxTextBytes = int64_t(256) << 20; // raised: it loads
+    QCOMPARE(loadCorpus(path, opt).pairs.size(), size_t(1501));
 }
 
 void TestCorpus::pairings()

@@ -9,7 +9,9 @@
 #include "runstate.h"
 #include "testutil.h"
 
+#include <QCoreApplication>
 #include <QFile>
+#include <QRegularExpression>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,9 @@ private Q_SLOTS:
     void metricsRoundTrip();
     void historyToleratesBadRows();
     void stateRoundTrip();
+    void stateFieldsAreRangeChecked_data();
+    void stateFieldsAreRangeChecked();
+    void oneWriterPerRun();
     void listsOnlyRunsNewestFirst();
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
@@ -176,6 +181,85 @@ void TestRuns::stateRoundTrip()
     QCOMPARE(back.bestValidationLoss, 3.5);
     QCOMPARE(back.history.size(), size_t(1));
     QVERIFY(std::isnan(back.history[0].trainLoss));
+}
+
+void TestRuns::stateFieldsAreRangeChecked_data()
+{
+    QTest::addColumn<QString>("field");
+    QTest::addColumn<QString>("value");
+    QTest::newRow("negative batch (was a crash)") << "batch_in_epoch"
+                                                  << "-5";
+    QTest::newRow("negative step") << "step"
+                                   << "-100";
+    QTest::newRow("negative epoch") << "epoch"
+                                    << "-1";
+    QTest::newRow("huge epoch") << "epoch"
+                                << "2000000000";
+    QTest::newRow("negative tokens") << "epoch_tokens"
+                                     << "-3";
+    QTest::newRow("negative loss sum") << "epoch_loss_sum"
+                                       << "-1.5";
+    QTest::newRow("negative time") << "elapsed_seconds"
+                                   << "-2";
+    QTest::newRow("zero loss scale") << "loss_scale"
+                                     << "0";
+    QTest::newRow("negative patience count") << "bad_epochs"
+                                             << "-4";
+}
+
+void TestRuns::stateFieldsAreRangeChecked()
+{
+    QFETCH(QString, field);
+    QFETCH(QString, value);
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    RunState s;
+    s.checkpoint = checkpointName(4);
+    s.step = 4;
+    saveState(run, s);
+    QFile f(QString::fromStdString(statePath(run)));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(f.readAll());
+    f.close();
+    const QRegularExpression re("\"" + field + "\": *[-0-9.e+]+");
+    QVERIFY(text.contains(re));
+    text.replace(re, "\"" + field + "\": " + value);
+    testutil::writeFile(dir, "state.json", text.toUtf8());
+    try {
+        loadState(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), statePath(run));
+        QVERIFY2(QString(e.what()).contains("'" + field + "' is out of range"), e.what());
+    }
+}
+
+void TestRuns::oneWriterPerRun()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    // Temporary files of writers killed mid-save, and files that must stay.
+    testutil::writeFile(dir, ".ckpt-00000040.pt.tmp-1234567", QByteArray(1000, 'x'));
+    testutil::writeFile(dir, ".state.json.tmp-42", "{");
+    testutil::writeFile(dir, "ckpt-00000020.pt", "keep");
+    testutil::writeFile(dir, "notes.tmp-1", "keep: not one of ours");
+    {
+        const RunLock first(run);
+        QVERIFY(!QFile::exists(dir.filePath(".ckpt-00000040.pt.tmp-1234567")));
+        QVERIFY(!QFile::exists(dir.filePath(".state.json.tmp-42")));
+        QVERIFY(QFile::exists(dir.filePath("ckpt-00000020.pt")));
+        QVERIFY(QFile::exists(dir.filePath("notes.tmp-1")));
+        // A second writer (another open of the lock file: flock locks conflict even in one process).
+        try {
+            const RunLock second(run);
+            QFAIL("expected the run to be in use");
+        } catch (const Error& e) {
+            QVERIFY2(
+                QString(e.what()).contains("in use by process " + QString::number(QCoreApplication::applicationPid())),
+                e.what());
+        }
+    }
+    const RunLock again(run); // released with the first
 }
 
 void TestRuns::listsOnlyRunsNewestFirst()

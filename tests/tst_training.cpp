@@ -10,8 +10,15 @@
 
 #include <QFile>
 
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
 #include <set>
+#include <thread>
 
 using namespace chatbench;
 
@@ -81,6 +88,10 @@ private Q_SLOTS:
     void resumeEqualsUninterruptedRun();
     void validationAndEarlyStopping();
     void userErrors();
+    void oneWriterPerRun();
+    void halfCreatedRunStartsAfresh();
+    void decodeOptionsAreChecked();
+    void fullDiskStopsCleanly();
     void unknownAndEmptyInput();
 
 private:
@@ -439,6 +450,135 @@ void TestTraining::validationAndEarlyStopping()
     QCOMPARE(r.bestValidationLoss, best);
     // The best epoch is exactly `patience` epochs before the end.
     QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
+}
+
+void TestTraining::oneWriterPerRun()
+{
+    // While a training writes a run, a second train or a resume on the same folder is refused
+    // with the writer's process id, and the first run is not disturbed.
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("busy").toStdString();
+    std::atomic<bool> started { false }, checked { false };
+    TrainCallbacks cb;
+    cb.onStep = [&](const StepMetrics&) {
+        started = true;
+        while (!checked)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    };
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 2;
+    TrainResult first;
+    std::thread writer([&] { first = train(cfg, smallCorpus(), run, cb); });
+    while (!started)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    QString secondError, resumeError;
+    try {
+        train(cfg, smallCorpus(), run);
+    } catch (const Error& e) {
+        secondError = e.what();
+    }
+    try {
+        resume(run, smallCorpus());
+    } catch (const Error& e) {
+        resumeError = e.what();
+    }
+    checked = true;
+    writer.join();
+    const QString pid = QString::number(QCoreApplication::applicationPid());
+    // (Its state.json exists by now, so a second train stops even before the lock.)
+    QVERIFY2(secondError.contains("in use by process " + pid) || secondError.contains("already holds a run"),
+        qPrintable(secondError));
+    QVERIFY2(resumeError.contains("in use by process " + pid), qPrintable(resumeError));
+    QCOMPARE(first.status, TrainStatus::Finished);
+    QCOMPARE(first.epochsDone, 2);
+    QVERIFY(Chatbot::load(run).step() > 0);
+    // Released when the writer is done: resuming works.
+    QCOMPARE(resume(run, smallCorpus(), {}, 3).epochsDone, 3);
+}
+
+void TestTraining::halfCreatedRunStartsAfresh()
+{
+    // A start killed before its first checkpoint leaves config.json and vocab.json but no
+    // state.json: not a run to chat with or resume, and a fresh start in the same folder works.
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("half").toStdString();
+    testutil::writeFile(dir, "half/config.json", QByteArray::fromStdString(toJson(smallConfig())));
+    testutil::writeFile(dir, "half/vocab.json", "{\"format\": \"chatbench-vocab\"}");
+    testutil::writeFile(dir, "half/.ckpt-00000001.pt.tmp-99", QByteArray(4096, 'x'));
+    QVERIFY(!isRun(run));
+    QVERIFY_THROWS_EXCEPTION(Error, Chatbot::load(run));
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    const TrainResult r = train(cfg, smallCorpus(), run);
+    QCOMPARE(r.status, TrainStatus::Finished);
+    QVERIFY(isRun(run));
+    QVERIFY(!QFile::exists(dir.filePath("half/.ckpt-00000001.pt.tmp-99"))); // the dead writer's temp file
+    QVERIFY(Chatbot::load(run).tokenizer().size() > 4);
+}
+
+void TestTraining::decodeOptionsAreChecked()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    auto refused = [&](DecodeOptions o) {
+        QVERIFY_THROWS_EXCEPTION(Error, bot.reply("hello", o));
+        QVERIFY_THROWS_EXCEPTION(Error, bot.replyBatch({ "hello" }, o));
+    };
+    DecodeOptions o;
+    o.method = DecodeMethod::Sample;
+    o.temperature = std::nan("");
+    refused(o); // once silently greedy
+    o.temperature = INFINITY;
+    refused(o);
+    o.temperature = -1;
+    refused(o);
+    o = {};
+    o.topK = -2;
+    refused(o);
+    o = {};
+    o.beamWidth = 0;
+    refused(o);
+    o = {};
+    o.maxLength = -1;
+    refused(o);
+}
+
+void TestTraining::fullDiskStopsCleanly()
+{
+    // A checkpoint that cannot be written (here: a file-size limit, as a full disk would) is an
+    // error naming the folder and the free space — not an abort — with no temporary file left and
+    // the previous checkpoint still the run's.
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("full").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    train(cfg, smallCorpus(), run);
+    const int64_t before = Chatbot::load(run).step();
+    qint64 ckpt = 0;
+    for (const auto& e : std::filesystem::directory_iterator(run))
+        if (e.path().extension() == ".pt")
+            ckpt = static_cast<qint64>(e.file_size());
+    QVERIFY(ckpt > 4096);
+    rlimit old {};
+    QCOMPARE(getrlimit(RLIMIT_FSIZE, &old), 0);
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = static_cast<rlim_t>(ckpt / 2);
+    QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+    QString error;
+    try {
+        resume(run, smallCorpus(), {}, 2);
+    } catch (const Error& e) {
+        error = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, previous);
+    QVERIFY2(
+        error.contains("write failed") && error.contains("MiB free") && error.contains(QString::fromStdString(run)),
+        qPrintable(error));
+    for (const auto& e : std::filesystem::directory_iterator(run))
+        QVERIFY2(e.path().filename().string().find(".tmp-") == std::string::npos, e.path().c_str());
+    QCOMPARE(Chatbot::load(run).step(), before); // the last good checkpoint
+    QCOMPARE(resume(run, smallCorpus(), {}, 2).epochsDone, 2); // and training goes on once there is room
 }
 
 void TestTraining::userErrors()

@@ -102,10 +102,10 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_flag("--checks", a->checks, "Print the handoff checks after each reply");
     cmd->add_option("--method", a->method, joinNames(decodeMethodNames()))->check(oneOf(decodeMethodNames()));
     cmd->add_option("--beam", a->beam, "Beam width")->check(CLI::Range(1, 64));
-    cmd->add_option("--temperature", a->temperature, "Sampling temperature")->check(CLI::Range(0.01, 100.0));
+    cmd->add_option("--temperature", a->temperature, "Sampling temperature")->check(finiteIn(0.01, 100.0));
     cmd->add_option("--top-k", a->topK, "Sample among the k most likely tokens (0 = all)")
         ->check(CLI::Range(0, 1000000));
-    cmd->add_option("--seed", a->seed, "Sampling seed");
+    cmd->add_option("--seed", a->seed, "Sampling seed")->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-length", a->maxLength, "Reply words at most (0 = model limit)")->check(CLI::Range(0, 4096));
     cmd->add_option("--handoff", a->handoff, "correct, zero-init (the bug), reset-each-step")
         ->check(oneOf(handoffModeNames()));

@@ -2,6 +2,7 @@
 
 #include "chatbench/error.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <iomanip>
@@ -37,6 +38,29 @@ CLI::IsMember oneOf(const std::vector<std::string>& names)
     return CLI::IsMember(names);
 }
 
+CLI::Validator finiteIn(double lo, double hi)
+{
+    return CLI::Validator(
+        [lo, hi](std::string& text) -> std::string {
+            double v = 0;
+            try {
+                size_t used = 0;
+                v = std::stod(text, &used);
+                if (used != text.size())
+                    return "'" + text + "' is not a number";
+            } catch (const std::exception&) {
+                return "'" + text + "' is not a number";
+            }
+            if (!std::isfinite(v) || v < lo || v > hi) {
+                std::ostringstream o;
+                o << "'" << text << "' must be a finite number in [" << lo << ", " << hi << "]";
+                return o.str();
+            }
+            return {};
+        },
+        "NUMBER in [" + fixed(lo, 4) + ", " + fixed(hi, 4) + "]");
+}
+
 chatbench::LoadOptions CorpusFlags::options() const
 {
     chatbench::LoadOptions opt;
@@ -44,6 +68,7 @@ chatbench::LoadOptions CorpusFlags::options() const
     opt.latin1 = latin1;
     opt.pairing = *chatbench::parsePairing(pairing);
     opt.strict = strict;
+    opt.maxTextBytes = static_cast<int64_t>(maxMiB) << 20;
     return opt;
 }
 
@@ -61,6 +86,9 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
         ->capture_default_str();
     cmd->add_flag("--strict", f.strict, "Fail on the first malformed record instead of skipping it");
     cmd->add_flag("--verbose", f.verbose, "List every skipped record");
+    cmd->add_option("--max-corpus-mb", f.maxMiB, "The most text a corpus may hold, in MiB")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
 }
 
 chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags)

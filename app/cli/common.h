@@ -28,6 +28,8 @@ void installSignalHandlers();
 
 // A CLI11 check accepting exactly `names`, the engine's spellings.
 CLI::IsMember oneOf(const std::vector<std::string>& names);
+// A number in [lo, hi]; NaN and infinities are refused (CLI::Range lets NaN through).
+CLI::Validator finiteIn(double lo, double hi);
 
 // How a command loads its corpus: --format, --latin1, --pairing, --strict, --verbose.
 struct CorpusFlags {
@@ -36,6 +38,7 @@ struct CorpusFlags {
     std::string pairing = chatbench::pairingName(chatbench::Pairing::Consecutive);
     bool strict = false;
     bool verbose = false; // list every skipped record, not the first few
+    int maxMiB = 512; // the most text a corpus may hold
     chatbench::LoadOptions options() const;
 };
 void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);

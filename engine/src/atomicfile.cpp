@@ -2,7 +2,9 @@
 
 #include "chatbench/error.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <random>
@@ -54,12 +56,27 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
     writeFileAtomic(path, [&](const std::string& tmp) {
         std::FILE* f = std::fopen(tmp.c_str(), "wb");
         if (!f)
-            throw Error(path, 0, "cannot write file");
+            throw Error(path, 0, std::string("cannot write file: ") + std::strerror(errno));
+        errno = 0;
         const size_t n = std::fwrite(contents.data(), 1, contents.size(), f);
-        const bool ok = n == contents.size() && std::fflush(f) == 0;
-        std::fclose(f);
-        if (!ok)
-            throw Error(path, 0, "write failed (disk full?)");
+        bool ok = n == contents.size() && std::fflush(f) == 0;
+        int err = errno;
+        if (std::fclose(f) != 0 && ok) {
+            ok = false;
+            err = errno;
+        }
+        if (!ok) {
+            // Say where and how much room there is: the usual cause is a full disk.
+            std::error_code ec;
+            const fs::path folder = fs::absolute(fs::path(path)).parent_path();
+            const auto space = fs::space(folder, ec);
+            std::string why
+                = "write failed (" + std::string(err ? std::strerror(err) : "short write") + ") in " + folder.string();
+            if (!ec)
+                why += "; " + std::to_string(space.available / (1024 * 1024)) + " MiB free there, "
+                    + std::to_string(contents.size() / (1024 * 1024) + 1) + " MiB needed";
+            throw Error(path, 0, why);
+        }
     });
 }
 

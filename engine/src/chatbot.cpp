@@ -162,6 +162,22 @@ Gates replayStep(Seq2SeqImpl& m, int64_t token, const torch::Tensor& hIn, const 
     return top;
 }
 
+// Decoding options a user typed: NaN, infinities and out-of-range values are errors, not silent
+// greedy decoding.
+void checkOptions(const DecodeOptions& o)
+{
+    if (!std::isfinite(o.temperature) || o.temperature <= 0 || o.temperature > 1000)
+        throw Error("temperature must be a number in (0, 1000]");
+    if (o.topK < 0)
+        throw Error("top-k must be >= 0 (0 = all tokens)");
+    if (o.beamWidth < 1 || o.beamWidth > 1000)
+        throw Error("beam width must be 1..1000");
+    if (o.maxLength < 0)
+        throw Error("max length must be >= 0 (0 = the model's)");
+    if (o.traceTopK < 0)
+        throw Error("trace top-k must be >= 0");
+}
+
 // Greedy choice that never picks <pad> or <start>.
 int64_t argmaxToken(const torch::Tensor& logits)
 {
@@ -235,6 +251,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
 
 Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
 {
+    checkOptions(opt);
     Impl& I = *m_impl;
     torch::NoGradGuard noGrad;
     I.model->eval();
@@ -363,6 +380,7 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
 
 std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, const DecodeOptions& opt) const
 {
+    checkOptions(opt);
     Impl& I = *m_impl;
     std::vector<Reply> replies(texts.size());
     if (texts.empty())
@@ -550,7 +568,8 @@ std::string toJson(const Reply& r, int indent)
     tj["steps"] = steps;
     tj["checks"] = checksJson(t.checks);
     j["trace"] = tj;
-    return j.dump(indent);
+    // A prompt's words are the user's bytes: invalid UTF-8 becomes U+FFFD rather than an exception.
+    return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 nlohmann::ordered_json checksJson(const TraceChecks& c)

@@ -4,6 +4,7 @@
 #include "chatbench/error.h"
 
 #include <filesystem>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -13,15 +14,19 @@ void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Opt
 {
     const std::string name = checkpointName(state.step);
     const std::string file = (fs::path(runDir) / name).string();
-    writeFileAtomic(file, [&](const std::string& tmp) {
+    // Serialised in memory first: the archive writer cannot report a full disk (it threw from a
+    // destructor and aborted); writeFileAtomic can, and removes its temporary file.
+    std::ostringstream bytes;
+    {
         torch::serialize::OutputArchive root, m, o;
         model->save(m);
         optimizer.save(o);
         root.write("model", m);
         root.write("optimizer", o);
         root.write("step", torch::tensor(static_cast<int64_t>(state.step)));
-        root.save_to(tmp);
-    });
+        root.save_to(bytes);
+    }
+    writeFileAtomic(file, bytes.str());
     const std::string previous = state.checkpoint;
     state.checkpoint = name;
 
@@ -57,12 +62,19 @@ void loadCheckpoint(
     } catch (const c10::Error& e) {
         std::string what = e.what_without_backtrace();
         throw Error(file, 0, "cannot read checkpoint (" + what.substr(0, what.find('\n')) + ")");
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) { // TorchScript's own parser errors are not c10::Errors
+        std::string what = e.what();
+        throw Error(file, 0, "cannot read checkpoint (" + what.substr(0, what.find('\n')) + ")");
     }
     auto params = model->named_parameters();
     for (const auto& [name, shape] : shapes) {
         const auto* t = params.find(name);
         if (!t || t->sizes().vec() != shape)
             throw Error(file, 0, "checkpoint does not match config.json (tensor '" + name + "' has another shape)");
+        if (!torch::isfinite(*t).all().item<bool>())
+            throw Error(file, 0, "checkpoint holds NaN or infinite weights (tensor '" + name + "'): corrupt file?");
     }
 }
 

@@ -30,10 +30,33 @@ bool isYamlName(const fs::path& p)
     return ext == ".yml" || ext == ".yaml";
 }
 
+// The text cap was hit: never skipped as a bad record, always the end of loading.
+struct TooMuchText : Error {
+    using Error::Error;
+};
+
 // The corpus being filled and how: the pairing, and whether a bad record stops the load.
 struct Loader {
     Corpus& corpus;
     const LoadOptions& opt;
+    int64_t textBytes = 0;
+
+    // Every pair goes through here: the text total is capped.
+    void add(Pair p)
+    {
+        need(static_cast<int64_t>(p.prompt.size() + p.response.size()), p.file, p.line);
+        textBytes += static_cast<int64_t>(p.prompt.size() + p.response.size());
+        corpus.pairs.push_back(std::move(p));
+    }
+
+    // Throws when `more` bytes would take the corpus over its cap.
+    void need(int64_t more, const std::string& file, long line) const
+    {
+        if (textBytes + more > opt.maxTextBytes)
+            throw TooMuchText(file, line,
+                "the corpus holds more than " + std::to_string(opt.maxTextBytes >> 20)
+                    + " MiB of text (YAML aliases repeating a long text?); raise the limit to load it");
+    }
 
     // Runs `read` for one record; a malformed record (Error) is skipped with a warning, or
     // rethrown when loading is strict.
@@ -41,6 +64,8 @@ struct Loader {
     {
         try {
             read();
+        } catch (const TooMuchText&) {
+            throw;
         } catch (const Error& e) {
             if (opt.strict)
                 throw;
@@ -64,11 +89,11 @@ struct Loader {
             std::string rest = turns[1].first;
             for (size_t i = 2; i < turns.size(); ++i)
                 rest += " " + turns[i].first;
-            corpus.pairs.push_back({ turns[0].first, std::move(rest), file, turns[0].second });
+            add({ turns[0].first, std::move(rest), file, turns[0].second });
             return;
         }
         for (size_t i = 0; i + 1 < turns.size(); ++i)
-            corpus.pairs.push_back({ turns[i].first, turns[i + 1].first, file, turns[i].second });
+            add({ turns[i].first, turns[i + 1].first, file, turns[i].second });
     }
 };
 
@@ -98,12 +123,14 @@ void loadYamlFile(Loader& L, const std::string& file)
             if (!conv.IsSequence())
                 throw Error(file, line, "each conversation must be a list of turns, found a single text");
             std::vector<std::pair<std::string, long>> turns;
+            int64_t bytes = 0;
             for (const YAML::Node& turn : conv) {
                 const long tline = turn.Mark().line + 1;
                 if (turn.IsNull())
                     continue;
                 if (!turn.IsScalar())
                     throw Error(file, tline, "a turn must be text, not a list or a map");
+                L.need(bytes += static_cast<int64_t>(turn.Scalar().size()), file, tline);
                 turns.emplace_back(text::trim(turn.Scalar()), tline);
             }
             if (turns.size() < 2)
@@ -133,7 +160,7 @@ void loadTsvFile(Loader& L, const std::string& file)
             std::string r = text::trim(l.substr(tab + 1));
             if (p.empty() || r.empty())
                 throw Error(file, line, "empty prompt or response");
-            L.corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
+            L.add({ std::move(p), std::move(r), file, line });
         });
     }
 }
@@ -164,7 +191,7 @@ void loadJsonlFile(Loader& L, const std::string& file)
                 std::string r = text::trim(j["response"].get<std::string>());
                 if (p.empty() || r.empty())
                     throw Error(file, line, "empty prompt or response");
-                L.corpus.pairs.push_back({ std::move(p), std::move(r), file, line });
+                L.add({ std::move(p), std::move(r), file, line });
             } else if (j.contains("messages")) {
                 const json& msgs = j["messages"];
                 if (!msgs.is_array())
@@ -327,6 +354,8 @@ CorpusFormat detectFormat(const std::string& path)
     std::error_code ec;
     if (!fs::exists(p, ec))
         throw Error(path, 0, "no such file or folder");
+    if (!fs::is_directory(p, ec) && !fs::is_regular_file(p, ec))
+        throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
     if (fs::is_directory(p, ec)) {
         if (fs::exists(p / "movie_lines.txt") && fs::exists(p / "movie_conversations.txt"))
             return CorpusFormat::Cornell;
@@ -442,6 +471,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
             try {
                 loadYamlFile(L, f.string());
                 corpus.files.push_back(f.string());
+            } catch (const TooMuchText&) {
+                throw;
             } catch (const Error& e) {
                 if (options.strict || files.size() == 1)
                     throw;

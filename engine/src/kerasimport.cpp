@@ -5,6 +5,7 @@
 #include "chatbench/runs.h"
 #include "checkpoint.h"
 #include "kerasfile.h"
+#include "runstate.h"
 #include "trainstep.h"
 
 #include <nlohmann/json.hpp>
@@ -39,11 +40,10 @@ torch::Tensor vectorOf(const KerasTensor& t)
 // Removes a folder we created unless the import finished.
 class FolderGuard {
 public:
-    explicit FolderGuard(std::string dir)
+    FolderGuard(std::string dir, bool created)
         : m_dir(std::move(dir))
+        , m_created(created)
     {
-        std::error_code ec;
-        m_created = !fs::exists(m_dir, ec);
     }
     ~FolderGuard()
     {
@@ -81,7 +81,7 @@ int64_t kerasId(const KerasTokenizer& t, const std::string& word, int64_t limit,
 
 KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir)
 {
-    if (holdsRun(runDir))
+    if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");
     const KerasSeq2Seq m = readKerasSeq2Seq(opt.model);
     const KerasTokenizer kt = readKerasTokenizer(opt.tokenizer);
@@ -193,10 +193,14 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
 
     // The run folder; removed again if anything below fails.
     std::error_code ec;
+    const bool created = !fs::exists(runDir, ec);
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
-    FolderGuard guard(runDir);
+    const RunLock lock(runDir); // before the guard: a folder another writer holds is never cleaned
+    if (isRun(runDir))
+        throw Error(runDir, 0, "this folder already holds a run: choose another folder");
+    FolderGuard guard(runDir, created);
     writeFileAtomic(configPath(runDir), toJson(cfg));
     tok.save(vocabPath(runDir));
     RunState state; // step 0, no corpus yet: the first resume binds the corpus it is given

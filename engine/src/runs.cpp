@@ -8,11 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -144,7 +149,65 @@ RunState loadState(const std::string& runDir)
     }
     if (s.checkpoint.find('/') != std::string::npos || s.checkpoint.find("..") != std::string::npos)
         throw Error(path, 0, "checkpoint name must be a file in the run folder");
+    // Every number is used as a count, an index or a scale: out of range is a corrupt file.
+    auto need = [&](bool ok, const char* field) {
+        if (!ok)
+            throw Error(path, 0, std::string("bad state: '") + field + "' is out of range");
+    };
+    auto finiteAtLeast0 = [](double v) { return std::isfinite(v) && v >= 0; };
+    need(s.epoch >= 0 && s.epoch <= 100000, "epoch");
+    need(s.batchInEpoch >= 0, "batch_in_epoch");
+    need(s.step >= 0, "step");
+    need(std::isfinite(s.epochLossSum) && s.epochLossSum >= 0, "epoch_loss_sum");
+    need(s.epochTokens >= 0, "epoch_tokens");
+    need(finiteAtLeast0(s.epochSeconds), "epoch_seconds");
+    need(finiteAtLeast0(s.elapsedSeconds), "elapsed_seconds");
+    need(std::isfinite(s.bestValidationLoss), "best_validation_loss");
+    need(s.badEpochs >= 0, "bad_epochs");
+    need(std::isfinite(s.lossScale) && s.lossScale > 0, "loss_scale");
+    need(s.history.size() <= 100000, "history");
+    for (const auto& m : s.history)
+        need(m.epoch >= 0 && m.step >= 0 && finiteAtLeast0(m.seconds) && finiteAtLeast0(m.elapsedSeconds)
+                && std::isfinite(m.tokensPerSecond),
+            "history");
     return s;
+}
+
+RunLock::RunLock(const std::string& runDir)
+{
+    const std::string path = (fs::path(runDir) / ".lock").string();
+    m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (m_fd < 0)
+        throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(errno));
+    if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[32] = {};
+        const ssize_t n = ::pread(m_fd, buf, sizeof buf - 1, 0);
+        ::close(m_fd);
+        m_fd = -1;
+        const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+        throw Error(runDir, 0,
+            "in use by process " + pid.substr(0, pid.find('\n'))
+                + " (a training, resume or import is writing this run); wait for it or stop it");
+    }
+    const std::string me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(m_fd, 0) == 0)
+        (void)!::pwrite(m_fd, me.data(), me.size(), 0);
+    // Holding the lock, no other writer is mid-save: any temporary file here was left by a
+    // writer that died (see writeFileAtomic's names: ".<file>.tmp-<n>").
+    std::error_code ec;
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos) {
+            std::error_code e2;
+            fs::remove(it->path(), e2);
+        }
+    }
+}
+
+RunLock::~RunLock()
+{
+    if (m_fd >= 0)
+        ::close(m_fd); // releases the lock; the file stays (removing it would race a new locker)
 }
 
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history)

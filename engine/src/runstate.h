@@ -41,4 +41,18 @@ void saveState(const std::string& runDir, const RunState& state);
 RunState loadState(const std::string& runDir);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 
+// One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
+// released by the system when the process ends, killed or not. Taking it removes temporary files
+// that writers killed mid-save left behind. Throws Error "in use by process N" when held.
+class RunLock {
+public:
+    explicit RunLock(const std::string& runDir);
+    ~RunLock();
+    RunLock(const RunLock&) = delete;
+    RunLock& operator=(const RunLock&) = delete;
+
+private:
+    int m_fd = -1;
+};
+
 } // namespace chatbench

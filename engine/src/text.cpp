@@ -2,6 +2,7 @@
 
 #include "chatbench/error.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -9,6 +10,13 @@ namespace chatbench::text {
 
 std::string readFile(const std::string& path)
 {
+    // Opening a FIFO for reading blocks until a writer comes: look before opening.
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (!ec && std::filesystem::is_directory(st))
+        throw Error(path, 0, "is a folder, not a file");
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+        throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw Error(path, 0, "cannot open file");

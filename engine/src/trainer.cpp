@@ -263,11 +263,15 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
 {
     validate(cfg);
     std::error_code ec;
-    if (holdsRun(runDir))
+    if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create run folder: " + ec.message());
+    const RunLock lock(runDir); // one writer; a second train on this folder stops here
+    if (isRun(runDir))
+        throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
+    // config.json without state.json is a start killed before its first checkpoint: start afresh.
 
     Session s;
     s.cfg = cfg;
@@ -290,6 +294,7 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     Session s;
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
+    const RunLock lock(runDir); // one writer per run
     s.state = loadState(runDir);
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
@@ -311,6 +316,11 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         s.state.finished = s.state.epoch >= epochs;
         writeFileAtomic(configPath(runDir), toJson(s.cfg));
     }
+    // Finished means all epochs done or stopped early; a resume that raised the epochs and then
+    // failed (a full disk) leaves config.json ahead of state.json: not finished.
+    if (s.state.finished && s.state.epoch < s.cfg.epochs
+        && !(s.cfg.patience > 0 && s.state.badEpochs >= s.cfg.patience))
+        s.state.finished = false;
     const int64_t vocab = s.cfg.model.vocabSize;
     prepare(s, corpus, cb);
     if (s.cfg.model.vocabSize != vocab)

@@ -31,6 +31,8 @@ struct LoadOptions {
     bool latin1 = false; // decode as Latin-1 instead of UTF-8 (Cornell always is)
     Pairing pairing = Pairing::Consecutive; // how a conversation's turns become pairs
     bool strict = false; // throw at the first malformed record or unreadable file
+    // The most text the pairs may hold (YAML aliases can expand a small file enormously).
+    int64_t maxTextBytes = int64_t(512) << 20;
 };
 
 // Something skipped while loading: a record, a conversation or a whole file.
