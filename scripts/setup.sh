@@ -11,7 +11,7 @@ VENV="$CACHE/venv"
 PACKAGES=(
   cmake ninja-build ccache g++ pkg-config
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libhdf5-dev libzip-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libhdf5-dev libzip-dev zlib1g-dev
   xvfb xauth fonts-dejavu-core
 )
 

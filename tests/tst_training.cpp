@@ -12,6 +12,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -92,6 +93,7 @@ private Q_SLOTS:
     void halfCreatedRunStartsAfresh();
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
+    void corruptCheckpointFallsBack();
     void unknownAndEmptyInput();
 
 private:
@@ -369,7 +371,9 @@ void TestTraining::runFolderLayout()
     const QDir run(QString::fromStdString(m_run));
     for (const char* f : { "config.json", "vocab.json", "state.json", "metrics.csv", "ckpt-00000240.pt" })
         QVERIFY2(run.exists(f), f);
-    QCOMPARE(run.entryList({ "ckpt-*.pt" }).size(), 1); // older checkpoints are removed
+    // The newest two checkpoints are kept (keep_checkpoints), each with its state; older ones go.
+    QCOMPARE(run.entryList({ "ckpt-*.pt" }), (QStringList { "ckpt-00000237.pt", "ckpt-00000240.pt" }));
+    QCOMPARE(run.entryList({ "ckpt-*.json" }), (QStringList { "ckpt-00000237.json", "ckpt-00000240.json" }));
     QCOMPARE(run.entryList({ ".*tmp*" }, QDir::Hidden | QDir::Files).size(), 0);
     QFile csv(run.filePath("metrics.csv"));
     QVERIFY(csv.open(QIODevice::ReadOnly));
@@ -581,6 +585,64 @@ void TestTraining::fullDiskStopsCleanly()
     QCOMPARE(resume(run, smallCorpus(), {}, 2).epochsDone, 2); // and training goes on once there is room
 }
 
+void TestTraining::corruptCheckpointFallsBack()
+{
+    // 16 bytes overwritten inside the newest checkpoint once loaded silently (tensor data has no
+    // checksum of its own). Now: the CRC in state.json catches it, the newest older checkpoint is
+    // used instead, and that is said.
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("kept").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 4;
+    cfg.keepCheckpoints = 3;
+    train(cfg, smallCorpus(), run);
+    std::vector<std::string> pts;
+    for (const auto& e : std::filesystem::directory_iterator(run))
+        if (e.path().extension() == ".pt")
+            pts.push_back(e.path().string());
+    std::sort(pts.begin(), pts.end());
+    QCOMPARE(pts.size(), size_t(3)); // the newest three, each with its state
+    for (const auto& p : pts)
+        QVERIFY(std::filesystem::exists(std::filesystem::path(p).replace_extension(".json")));
+    const int64_t newest = Chatbot::load(run).step();
+    QVERIFY(Chatbot::load(run).note().empty());
+
+    auto damage = [](const std::string& file) {
+        QFile f(QString::fromStdString(file));
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        f.seek(f.size() / 2);
+        f.write(QByteArray(16, '\x5a'));
+    };
+    damage(pts.back());
+    const Chatbot bot = Chatbot::load(run);
+    QVERIFY2(bot.step() < newest && bot.step() > 0, qPrintable(QString::number(bot.step())));
+    QVERIFY2(QString::fromStdString(bot.note()).contains("checksum mismatch")
+            && QString::fromStdString(bot.note())
+                   .contains(
+                       "fell back to " + QString::fromStdString(std::filesystem::path(pts[1]).filename().string())),
+        bot.note().c_str());
+    QVERIFY(!bot.reply("hello").text.empty());
+    // Resume continues from the checkpoint it could load and still reaches the epochs asked for.
+    std::vector<std::string> logs;
+    TrainCallbacks cb;
+    cb.onLog = [&](const std::string& m) { logs.push_back(m); };
+    const TrainResult r = resume(run, smallCorpus(), cb, 5);
+    QCOMPARE(r.status, TrainStatus::Finished);
+    QCOMPARE(r.epochsDone, 5);
+    QVERIFY(std::any_of(
+        logs.begin(), logs.end(), [](const std::string& m) { return m.find("fell back") != std::string::npos; }));
+    // Every checkpoint unusable: an error naming the newest.
+    for (const auto& e : std::filesystem::directory_iterator(run))
+        if (e.path().extension() == ".pt")
+            damage(e.path().string());
+    try {
+        Chatbot::load(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("checksum mismatch"), e.what());
+    }
+}
+
 void TestTraining::userErrors()
 {
     const Corpus corpus = smallCorpus();
@@ -609,10 +671,11 @@ void TestTraining::userErrors()
     QDir().mkpath(copy);
     for (const QString& f : QDir(QString::fromStdString(m_run)).entryList(QDir::Files))
         QFile::copy(QString::fromStdString(m_run) + "/" + f, copy + "/" + f);
-    QFile ckpt(copy + "/ckpt-00000240.pt");
-    QVERIFY(ckpt.open(QIODevice::WriteOnly | QIODevice::Truncate));
-    ckpt.write("not a checkpoint");
-    ckpt.close();
+    for (const QString& f : QDir(copy).entryList({ "ckpt-*.pt" })) { // every one: no fallback left
+        QFile ckpt(copy + "/" + f);
+        QVERIFY(ckpt.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        ckpt.write("not a checkpoint");
+    }
     try {
         Chatbot::load(copy.toStdString());
         QFAIL("expected an error");

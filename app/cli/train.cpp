@@ -28,7 +28,7 @@ struct TrainArgs {
     bool resume = false;
     bool quiet = false;
     std::optional<int> epochs, batchSize, hidden, embed, layers, maxSource, maxTarget, patience, threads, minFreq,
-        maxVocab, checkpointEvery;
+        maxVocab, checkpointEvery, keepCheckpoints;
     std::optional<double> lr, dropout, teacherForcing, clip, valFraction;
     std::optional<uint64_t> seed;
     std::optional<std::string> optimizer, device, precision, tokenizer;
@@ -55,6 +55,7 @@ TrainConfig configFrom(const TrainArgs& a)
     set(c.tokenizer.minFrequency, a.minFreq);
     set(c.tokenizer.maxSize, a.maxVocab);
     set(c.checkpointEverySteps, a.checkpointEvery);
+    set(c.keepCheckpoints, a.keepCheckpoints);
     set(c.learningRate, a.lr);
     set(c.model.dropout, a.dropout);
     set(c.teacherForcing, a.teacherForcing);
@@ -171,6 +172,9 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     cmd->add_flag("--nondeterministic", a->nondeterministic, "Allow nondeterministic kernels");
     cmd->add_flag("--no-bucketing", a->noBucketing, "Plain shuffled batches");
     cmd->add_option("--checkpoint-every", a->checkpointEvery, "Also checkpoint every N steps");
+    cmd->add_option("--keep-checkpoints", a->keepCheckpoints,
+           "Newest checkpoints kept to fall back to when the newest is corrupt (default 2)")
+        ->check(CLI::Range(1, 1000));
     cmd->add_option("--device", a->device, "cpu, cuda, cuda:N");
     cmd->add_option("--precision", a->precision, joinNames(precisionNames()))->check(oneOf(precisionNames()));
     cmd->add_option("--threads", a->threads, "CPU threads (0 = default)");

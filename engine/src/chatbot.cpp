@@ -80,8 +80,10 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
     for (int attempt = 0;; ++attempt) {
         const RunState state = loadState(runDir);
         try {
-            loadCheckpoint(runDir, state, impl->model, nullptr);
-            impl->step = state.step;
+            std::string fellBack;
+            impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;
+            if (!fellBack.empty())
+                impl->note += (impl->note.empty() ? "" : "; ") + fellBack;
             break;
         } catch (const Error&) {
             if (attempt >= 3 || loadState(runDir).checkpoint == state.checkpoint)

@@ -2,6 +2,9 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "text.h"
+
+#include <zlib.h>
 
 #include <filesystem>
 #include <sstream>
@@ -10,13 +13,28 @@ namespace fs = std::filesystem;
 
 namespace chatbench {
 
-void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state)
+namespace {
+
+uint32_t crcOf(const std::string& bytes)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    // zlib takes lengths as uInt: feed large files in pieces.
+    for (size_t at = 0; at < bytes.size(); at += (1u << 30))
+        crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
+            static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30)));
+    return static_cast<uint32_t>(crc);
+}
+
+} // namespace
+
+void saveCheckpoint(
+    const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state, int keep)
 {
     const std::string name = checkpointName(state.step);
     const std::string file = (fs::path(runDir) / name).string();
     // Serialised in memory first: the archive writer cannot report a full disk (it threw from a
     // destructor and aborted); writeFileAtomic can, and removes its temporary file.
-    std::ostringstream bytes;
+    std::ostringstream stream;
     {
         torch::serialize::OutputArchive root, m, o;
         model->save(m);
@@ -24,18 +42,24 @@ void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Opt
         root.write("model", m);
         root.write("optimizer", o);
         root.write("step", torch::tensor(static_cast<int64_t>(state.step)));
-        root.save_to(bytes);
+        root.save_to(stream);
     }
-    writeFileAtomic(file, bytes.str());
-    const std::string previous = state.checkpoint;
+    const std::string bytes = stream.str();
+    writeFileAtomic(file, bytes);
     state.checkpoint = name;
-
+    state.checkpointCrc = crcOf(bytes);
+    state.haveCrc = true;
+    saveCheckpointState(runDir, state); // before state.json: whatever it names has its state beside it
     saveState(runDir, state);
 
-    // Only the checkpoint state.json names is kept.
-    if (!previous.empty() && previous != state.checkpoint) {
+    // The newest `keep` checkpoints stay (the current one always), each with its state.
+    const auto files = checkpointFiles(runDir);
+    for (size_t i = static_cast<size_t>(std::max(1, keep)); i < files.size(); ++i) {
+        if (files[i] == state.checkpoint)
+            continue;
         std::error_code ec;
-        fs::remove(fs::path(runDir) / previous, ec);
+        fs::remove(fs::path(runDir) / files[i], ec);
+        fs::remove(checkpointStatePath(runDir, files[i]), ec);
     }
 }
 
@@ -45,13 +69,16 @@ void loadCheckpoint(
     const std::string file = (fs::path(runDir) / state.checkpoint).string();
     if (!fs::exists(file))
         throw Error(file, 0, "checkpoint file is missing");
+    const std::string bytes = text::readFile(file);
+    if (state.haveCrc && crcOf(bytes) != state.checkpointCrc)
+        throw Error(file, 0, "checksum mismatch: the checkpoint is corrupt");
     // Remember the shapes the config asks for: InputArchive::read would silently resize.
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
     for (const auto& p : model->named_parameters())
         shapes.emplace_back(p.key(), p.value().sizes().vec());
     try {
         torch::serialize::InputArchive root, m;
-        root.load_from(file, model->parameters().front().device());
+        root.load_from(bytes.data(), bytes.size(), model->parameters().front().device());
         root.read("model", m);
         model->load(m);
         if (optimizer) {
@@ -75,6 +102,34 @@ void loadCheckpoint(
             throw Error(file, 0, "checkpoint does not match config.json (tensor '" + name + "' has another shape)");
         if (!torch::isfinite(*t).all().item<bool>())
             throw Error(file, 0, "checkpoint holds NaN or infinite weights (tensor '" + name + "'): corrupt file?");
+    }
+}
+
+RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, Seq2Seq& model,
+    torch::optim::Optimizer* optimizer, std::string* note)
+{
+    try {
+        loadCheckpoint(runDir, state, model, optimizer);
+        return state;
+    } catch (const Error& newest) {
+        for (const std::string& older : checkpointFiles(runDir)) {
+            const std::string statePath = checkpointStatePath(runDir, older);
+            if (older == state.checkpoint || !fs::exists(statePath))
+                continue;
+            try {
+                RunState s = loadStateFile(statePath);
+                if (s.checkpoint != older || s.step > state.step)
+                    continue;
+                loadCheckpoint(runDir, s, model, optimizer);
+                if (note)
+                    *note = std::string(newest.what()) + "; fell back to " + older + " (step " + std::to_string(s.step)
+                        + ", epoch " + std::to_string(s.epoch) + ")";
+                return s;
+            } catch (const Error&) {
+                continue; // that one is unusable too: try the next older
+            }
+        }
+        throw;
     }
 }
 

@@ -10,11 +10,19 @@
 
 namespace chatbench {
 
-// Writes ckpt-<step>.pt, then state.json naming it, then removes the previous checkpoint.
-void saveCheckpoint(const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state);
-// Loads model weights (and the optimizer's state when given) from the state's checkpoint, checking
-// every tensor's shape against the model built from config.json.
+// Writes ckpt-<step>.pt and its CRC-32, then ckpt-<step>.json (the state as of it), then
+// state.json naming it; then removes all but the `keep` newest checkpoints.
+void saveCheckpoint(
+    const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state, int keep = 2);
+// Loads model weights (and the optimizer's state when given) from the state's checkpoint: the
+// checksum verified, every tensor's shape checked against the model built from config.json, and
+// non-finite weights refused. Throws Error naming the checkpoint file.
 void loadCheckpoint(
     const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer);
+// loadCheckpoint, falling back to the newest older checkpoint that loads when the state's own is
+// corrupt or missing; returns the state that goes with the checkpoint loaded. `note` (when given)
+// says what was fallen back from and to; empty when the state's own checkpoint loaded.
+RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, Seq2Seq& model,
+    torch::optim::Optimizer* optimizer, std::string* note);
 
 } // namespace chatbench

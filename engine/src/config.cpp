@@ -81,6 +81,7 @@ void validate(const TrainConfig& c)
     need(c.validationFraction >= 0 && c.validationFraction < 1, "validation_fraction must be in [0, 1)");
     need(c.patience >= 0, "patience must be >= 0");
     need(c.checkpointEverySteps >= 0, "checkpoint_every_steps must be >= 0");
+    need(c.keepCheckpoints >= 1 && c.keepCheckpoints <= 1000, "keep_checkpoints must be 1..1000");
     need(c.threads >= 0 && c.threads <= 1024, "threads must be 0..1024");
     need(c.tokenizer.minFrequency >= 1, "min_frequency must be >= 1");
     need(c.tokenizer.maxSize == 0 || c.tokenizer.maxSize >= 5, "max_vocab must be 0 (no limit) or >= 5");
@@ -103,7 +104,7 @@ std::string toJson(const TrainConfig& c)
         { "clip_norm", c.clipNorm }, { "teacher_forcing", c.teacherForcing }, { "batch_size", c.batchSize },
         { "epochs", c.epochs }, { "validation_fraction", c.validationFraction }, { "patience", c.patience },
         { "seed", c.seed }, { "deterministic", c.deterministic }, { "bucketing", c.bucketing },
-        { "checkpoint_every_steps", c.checkpointEverySteps } };
+        { "checkpoint_every_steps", c.checkpointEverySteps }, { "keep_checkpoints", c.keepCheckpoints } };
     j["device"] = { { "device", c.device }, { "precision", precisionName(c.precision) }, { "threads", c.threads } };
     j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 },
         { "pairing", pairingName(c.pairing) }, { "strict", c.strictCorpus } };
@@ -160,6 +161,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         c.deterministic = tr.at("deterministic").get<bool>();
         c.bucketing = tr.at("bucketing").get<bool>();
         c.checkpointEverySteps = tr.value("checkpoint_every_steps", 0);
+        c.keepCheckpoints = tr.value("keep_checkpoints", 2);
         const auto& d = j.at("device");
         c.device = d.at("device").get<std::string>();
         const auto prec = parsePrecision(d.at("precision").get<std::string>());

@@ -79,12 +79,56 @@ std::string checkpointName(int64_t step)
     return name;
 }
 
+namespace {
+
+std::string stateJson(const RunState& state);
+
+} // namespace
+
 void saveState(const std::string& runDir, const RunState& state)
+{
+    writeFileAtomic(statePath(runDir), stateJson(state));
+}
+
+std::string checkpointStatePath(const std::string& runDir, const std::string& checkpoint)
+{
+    return (fs::path(runDir) / (fs::path(checkpoint).stem().string() + ".json")).string();
+}
+
+void saveCheckpointState(const std::string& runDir, const RunState& state)
+{
+    writeFileAtomic(checkpointStatePath(runDir, state.checkpoint), stateJson(state));
+}
+
+std::vector<std::string> checkpointFiles(const std::string& runDir)
+{
+    std::vector<std::pair<long long, std::string>> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        long long step = -1;
+        char tail = 0;
+        if (name.size() == 16 && std::sscanf(name.c_str(), "ckpt-%8lld.p%c", &step, &tail) == 2 && tail == 't'
+            && name == checkpointName(step))
+            found.emplace_back(step, name);
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::string> out;
+    for (auto& f : found)
+        out.push_back(std::move(f.second));
+    return out;
+}
+
+namespace {
+
+std::string stateJson(const RunState& state)
 {
     nlohmann::ordered_json j;
     j["format"] = "chatbench-state";
     j["version"] = 1;
     j["checkpoint"] = state.checkpoint;
+    if (state.haveCrc)
+        j["checkpoint_crc32"] = state.checkpointCrc;
     j["epoch"] = state.epoch;
     j["batch_in_epoch"] = state.batchInEpoch;
     j["step"] = state.step;
@@ -105,19 +149,30 @@ void saveState(const std::string& runDir, const RunState& state)
             { "validation_accuracy", numberOrNull(m.validationAccuracy) }, { "perplexity", numberOrNull(m.perplexity) },
             { "seconds", m.seconds }, { "tokens_per_second", m.tokensPerSecond },
             { "elapsed_seconds", m.elapsedSeconds } });
-    writeFileAtomic(statePath(runDir), j.dump(1) + "\n");
+    return j.dump(1) + "\n";
 }
+
+} // namespace
 
 RunState loadState(const std::string& runDir)
 {
     const std::string path = statePath(runDir);
     if (!present(path))
         throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
+    return loadStateFile(path);
+}
+
+RunState loadStateFile(const std::string& path)
+{
     const std::string bytes = text::readFile(path);
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-state", "not a chatbench state.json");
     RunState s;
     try {
         s.checkpoint = j.at("checkpoint").get<std::string>();
+        if (j.contains("checkpoint_crc32")) {
+            s.checkpointCrc = j.at("checkpoint_crc32").get<uint32_t>();
+            s.haveCrc = true;
+        }
         s.epoch = j.at("epoch").get<int>();
         s.batchInEpoch = j.at("batch_in_epoch").get<int64_t>();
         s.step = j.at("step").get<int64_t>();

@@ -27,6 +27,8 @@ struct RunState {
     uint64_t corpusFingerprint = 0;
     double lossScale = 65536.0; // fp16 dynamic loss scale
     std::string checkpoint; // file name of the matching ckpt-<step>.pt
+    uint32_t checkpointCrc = 0; // CRC-32 of that file (runs older than checksums have none)
+    bool haveCrc = false;
     std::vector<EpochMetrics> history;
 };
 
@@ -39,6 +41,13 @@ std::string checkpointName(int64_t step);
 void saveState(const std::string& runDir, const RunState& state);
 // Throws Error naming state.json when it is missing or malformed.
 RunState loadState(const std::string& runDir);
+// The state as of one checkpoint, kept beside it (ckpt-<step>.json) so an older checkpoint can
+// be fallen back to with the state that goes with it.
+std::string checkpointStatePath(const std::string& runDir, const std::string& checkpoint);
+void saveCheckpointState(const std::string& runDir, const RunState& state);
+RunState loadStateFile(const std::string& path);
+// The ckpt-<step>.pt files of a run, newest (highest step) first.
+std::vector<std::string> checkpointFiles(const std::string& runDir);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 
 // One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and

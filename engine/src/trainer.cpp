@@ -140,7 +140,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
     auto checkpoint = [&] {
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
-        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state);
+        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     };
 
     if (cb.onSnapshot)
@@ -285,7 +285,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
             + std::to_string(s.validation.size()) + " validation pairs, device "
             + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision));
-    saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state);
+    saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     return loop(s, cb);
 }
 
@@ -325,7 +325,14 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     prepare(s, corpus, cb);
     if (s.cfg.model.vocabSize != vocab)
         throw Error(vocabPath(runDir), 0, "vocabulary size does not match config.json");
-    loadCheckpoint(runDir, s.state, s.step.model, s.step.optimizer.get());
+    // The newest checkpoint, or (corrupt or missing) the newest older one that loads, with its state.
+    std::string fellBack;
+    const bool finished = s.state.finished;
+    s.state = loadUsableCheckpoint(runDir, s.state, s.step.model, s.step.optimizer.get(), &fellBack);
+    if (!fellBack.empty()) {
+        log(cb, fellBack);
+        s.state.finished = finished && s.state.epoch >= s.cfg.epochs;
+    }
     if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)

@@ -44,6 +44,7 @@ struct TrainConfig {
     bool deterministic = true; // deterministic algorithms only
     bool bucketing = true; // group pairs of similar length into batches
     int checkpointEverySteps = 0; // extra checkpoints between epochs; 0 = at epoch ends only
+    int keepCheckpoints = 2; // the newest checkpoints kept, to fall back to when the newest is corrupt
     std::string device = "cpu"; // "cpu" or "cuda:N"
     Precision precision = Precision::FP32;
     int threads = 0; // CPU threads; 0 = the library default
