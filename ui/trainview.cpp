@@ -338,7 +338,9 @@ void TrainView::updatePrecisions()
             const int row = m_precision->findData(QString::fromStdString(precisionName(s.precision)));
             auto* item = model->item(row);
             item->setEnabled(s.supported);
-            item->setToolTip(s.supported ? tr("supported on %1").arg(id) : QString::fromStdString(s.reason));
+            item->setToolTip(s.supported ? tr("supported on %1").arg(id)
+                        + (s.reason.empty() ? QString() : ": " + QString::fromStdString(s.reason))
+                                         : QString::fromStdString(s.reason));
             if (!s.supported)
                 reasons << QString::fromStdString(precisionName(s.precision) + ": " + s.reason);
         }

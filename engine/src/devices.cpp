@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <unistd.h>
 
 #if __has_include(<cuda_runtime_api.h>)
@@ -42,8 +43,29 @@ int64_t ramBytes()
     return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
 }
 
+// The CPU's bf16 instructions from /proc/cpuinfo ("avx512_bf16", "amx_bf16"), empty when none.
+std::vector<std::string> cpuBf16Flags()
+{
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("flags", 0) == 0) {
+            std::vector<std::string> out;
+            std::istringstream words(line.substr(line.find(':') + 1));
+            for (std::string w; words >> w;)
+                if (w == "avx512_bf16" || w == "amx_bf16")
+                    out.push_back(w);
+            return out;
+        }
+    return {};
+}
+
+const char* kBf16Cpus = "bf16 in hardware needs AVX512-BF16 or AMX-BF16 (Intel Xeon Cooper Lake, Sapphire Rapids or "
+                        "later; AMD Zen 4 or later)";
+
 // Runs one forward + backward of a tiny LSTM in the given precision; the exception text is the
-// reason when the pair does not work.
+// reason when the pair does not work. For bf16 on the CPU the reason also says whether the
+// instructions are there (supported without them means emulated: slower than fp32).
 PrecisionSupport probe(const torch::Device& device, Precision p)
 {
     PrecisionSupport s { p, false, {} };
@@ -64,6 +86,17 @@ PrecisionSupport probe(const torch::Device& device, Precision p)
         std::string what = e.what();
         const auto nl = what.find('\n');
         s.reason = what.substr(0, nl);
+    }
+    if (device.is_cpu() && p == Precision::BF16) {
+        const auto flags = cpuBf16Flags();
+        std::string have;
+        for (const auto& f : flags)
+            have += (have.empty() ? "" : ", ") + f;
+        if (s.supported)
+            s.reason = flags.empty() ? std::string("emulated, slower than fp32: ") + kBf16Cpus
+                                     : "in hardware (" + have + ")";
+        else
+            s.reason += std::string(" — ") + kBf16Cpus + (flags.empty() ? "; this CPU has neither" : "");
     }
     return s;
 }

@@ -131,8 +131,9 @@ std::string toJson(const DoctorReport& d)
     for (const auto& dev : d.devices) {
         nlohmann::ordered_json pj;
         for (const auto& p : dev.precisions)
-            pj[precisionName(p.precision)]
-                = p.supported ? nlohmann::ordered_json("ok") : nlohmann::ordered_json(p.reason);
+            pj[precisionName(p.precision)] = p.supported
+                ? nlohmann::ordered_json(p.reason.empty() ? "ok" : "ok, " + p.reason)
+                : nlohmann::ordered_json(p.reason);
         dj.push_back(
             { { "id", dev.id }, { "name", dev.name }, { "memory_bytes", dev.memoryBytes }, { "precisions", pj } });
     }
@@ -161,7 +162,8 @@ std::string describe(const DoctorReport& d)
         o << "device       " << dev.id << "  " << dev.name << "  "
           << fixed(static_cast<double>(dev.memoryBytes) / (1 << 30), 1) << " GiB\n";
         for (const auto& p : dev.precisions)
-            o << "             " << precisionName(p.precision) << ": " << (p.supported ? "ok" : "no — " + p.reason)
+            o << "             " << precisionName(p.precision) << ": "
+              << (p.supported ? (p.reason.empty() ? std::string("ok") : "ok, " + p.reason) : "no — " + p.reason)
               << "\n";
     }
     o << "handoff      tiny model (" << d.tinySteps << " steps, loss " << fixed(d.tinyLoss, 3) << ") replies '"

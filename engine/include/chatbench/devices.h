@@ -17,7 +17,7 @@ namespace chatbench {
 struct PrecisionSupport {
     Precision precision = Precision::FP32;
     bool supported = false;
-    std::string reason; // why not, when unsupported
+    std::string reason; // why not, when unsupported; bf16 on the CPU: also whether in hardware or emulated
 };
 
 struct DeviceInfo {
