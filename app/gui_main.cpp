@@ -14,9 +14,42 @@
 #include <QTimer>
 
 #include <memory>
+#include <string>
+
+namespace {
+
+struct Options {
+    QCommandLineOption corpus { "corpus", "Corpus to open (default: the last one, or the bundled corpus).", "path" };
+    QCommandLineOption runs { "runs", "Folder for training runs.", "dir" };
+    QCommandLineOption screenshot { "screenshot", "Run the screenshot tour and save PNGs into DIR.", "dir" };
+};
+
+void describe(QCommandLineParser& parser, const Options& o)
+{
+    parser.setApplicationDescription("Train LSTM seq2seq chatbots and see the encoder→decoder state handoff.");
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addOptions({ o.corpus, o.runs, o.screenshot });
+}
+
+} // namespace
 
 int main(int argc, char** argv)
 {
+    const Options options;
+    // --help and --version need no display: answer them before a window system is required.
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--help" || a == "-h" || a == "--help-all" || a == "--version" || a == "-v") {
+            QCoreApplication core(argc, argv);
+            QCoreApplication::setApplicationName("chatbench");
+            QCoreApplication::setApplicationVersion("0.1.0");
+            QCommandLineParser p;
+            describe(p, options);
+            p.process(core); // prints and exits
+            return 0;
+        }
+    }
     QApplication app(argc, argv);
     QApplication::setOrganizationName("chatbench");
     QApplication::setApplicationName("chatbench");
@@ -24,23 +57,17 @@ int main(int argc, char** argv)
     QApplication::setWindowIcon(QIcon(":/chatbench.svg"));
 
     QCommandLineParser parser;
-    parser.setApplicationDescription("Train LSTM seq2seq chatbots and see the encoder→decoder state handoff.");
-    parser.addHelpOption();
-    parser.addVersionOption();
-    QCommandLineOption corpusOpt("corpus", "Corpus to open (default: the last one, or the bundled corpus).", "path");
-    QCommandLineOption runsOpt("runs", "Folder for training runs.", "dir");
-    QCommandLineOption shotOpt("screenshot", "Run the screenshot tour and save PNGs into DIR.", "dir");
-    parser.addOptions({ corpusOpt, runsOpt, shotOpt });
+    describe(parser, options);
     parser.process(app);
 
-    QString corpus = parser.value(corpusOpt);
+    QString corpus = parser.value(options.corpus);
     if (corpus.isEmpty())
         corpus = QString::fromStdString(chatbench::defaultCorpusPath());
 
     // The tour starts from clean settings and a scratch runs folder, whatever the user has.
     std::unique_ptr<QTemporaryDir> scratch;
-    const bool tour = parser.isSet(shotOpt);
-    QString runs = parser.value(runsOpt);
+    const bool tour = parser.isSet(options.screenshot);
+    QString runs = parser.value(options.runs);
     if (tour) {
         scratch = std::make_unique<QTemporaryDir>();
         QSettings::setDefaultFormat(QSettings::IniFormat);
@@ -51,7 +78,7 @@ int main(int argc, char** argv)
 
     MainWindow window(runs);
     window.show();
-    if (parser.isSet(corpusOpt) || tour)
+    if (parser.isSet(options.corpus) || tour)
         window.corpusView()->load(corpus);
     else
         window.restore(corpus);
@@ -63,7 +90,7 @@ int main(int argc, char** argv)
     const QDir peers(CHATBENCH_SOURCE_DIR "/bench/reports/peers");
     for (const QString& f : peers.entryList({ "peer-*.json" }, QDir::Files, QDir::Name))
         reports << peers.filePath(f);
-    ScreenshotTour shots(&window, parser.value(shotOpt), reports);
+    ScreenshotTour shots(&window, parser.value(options.screenshot), reports);
     int code = 0;
     QTimer::singleShot(0, &app, [&] {
         code = shots.run();

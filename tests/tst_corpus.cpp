@@ -111,6 +111,8 @@ void TestCorpus::badInputs_data()
     QTest::newRow("jsonl-syntax") << "j.jsonl"
                                   << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L
                                   << "JSON" << 1;
+    QTest::newRow("jsonl-number-overflow")
+        << "n.jsonl" << QByteArray("{\"prompt\": \"a\", \"response\": 1e99999}\n") << 1L << "JSON" << 0;
     QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings"
                                  << 0;
     QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected" << 0;

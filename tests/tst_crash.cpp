@@ -51,7 +51,8 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
             killedInSave += f.contains(".tmp-") ? 1 : 0;
         // The run loads, at a step no earlier than before (never lost work that was saved).
         const Chatbot bot = Chatbot::load(run.toStdString());
-        QVERIFY2(bot.step() >= lastStep, qPrintable(QString("round %1: step %2 < %3").arg(i).arg(bot.step()).arg(lastStep)));
+        QVERIFY2(
+            bot.step() >= lastStep, qPrintable(QString("round %1: step %2 < %3").arg(i).arg(bot.step()).arg(lastStep)));
         lastStep = bot.step();
         QVERIFY(!bot.reply("hello").text.empty());
     }
@@ -60,8 +61,8 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     QVERIFY(killedInSave > 0); // the kills did land inside saves
     // The next writer cleans up after the dead ones.
     QProcess last;
-    last.start(CHATBENCH_CLI, { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1",
-                                  "--quiet" });
+    last.start(CHATBENCH_CLI,
+        { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1", "--quiet" });
     QVERIFY(last.waitForStarted());
     QTest::qWait(1500);
     last.terminate(); // SIGTERM: stops after the current step with a checkpoint

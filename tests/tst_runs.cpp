@@ -6,6 +6,7 @@
 #include "chatbench/error.h"
 #include "chatbench/names.h"
 #include "chatbench/runs.h"
+#include "chatbench/tokenizer.h"
 #include "runstate.h"
 #include "testutil.h"
 
@@ -34,6 +35,7 @@ private Q_SLOTS:
     void stateFieldsAreRangeChecked_data();
     void stateFieldsAreRangeChecked();
     void oneWriterPerRun();
+    void hugeNumbersAreErrors();
     void listsOnlyRunsNewestFirst();
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
@@ -260,6 +262,30 @@ void TestRuns::oneWriterPerRun()
         }
     }
     const RunLock again(run); // released with the first
+}
+
+void TestRuns::hugeNumbersAreErrors()
+{
+    // Found by fuzzing: a number beyond double's range made the JSON reader throw an exception
+    // that no caller expected (the process aborted). Each reader now names the file.
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    testutil::writeFile(dir, "state.json", "{\"format\": \"chatbench-state\", \"step\": 8.8887E39984}");
+    testutil::writeFile(dir, "vocab.json", "{\"format\": \"chatbench-vocab\", \"min_frequency\": -62244E44444892}");
+    try {
+        loadState(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), statePath(run));
+    }
+    try {
+        Tokenizer::load(vocabPath(run));
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), vocabPath(run));
+    }
+    QVERIFY_THROWS_EXCEPTION(
+        Error, trainConfigFromJson("{\"format\": \"chatbench-config\", \"x\": 1e999999}", "c.json"));
 }
 
 void TestRuns::listsOnlyRunsNewestFirst()

@@ -16,6 +16,7 @@
 #include "testutil.h"
 #include "trainview.h"
 
+#include <QAbstractSpinBox>
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
@@ -25,7 +26,10 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
+#include <QProcess>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -74,6 +78,9 @@ private Q_SLOTS:
     void compareCancelStopsBenchmark();
     void doctorRunsFromTheWindow();
     void importKerasModelAndChat();
+    void newWindowDefaultsAndSmallSizes();
+    void chatFollowsTheNewestReply();
+    void helpNeedsNoDisplay();
     void settingsPersist();
 
 private:
@@ -574,6 +581,96 @@ void TestUi::importKerasModelAndChat()
     QCOMPARE(failed.last().at(1).value<EngineController::Job>(), EngineController::Job::Import);
     QVERIFY(failed.last().at(0).toString().contains(bogus));
     QVERIFY(!QDir(m_dir.filePath("runs/bogus")).exists());
+}
+
+void TestUi::newWindowDefaultsAndSmallSizes()
+{
+    // A window that has loaded no corpus: Train is disabled and says why; the device is the CPU
+    // (this machine has no GPU), never the greyed "none available" entry — also when the saved
+    // setting names the CPU before the devices are probed.
+    QSettings().setValue("trainConfig", QString::fromStdString(toJson(smallConfig(3))));
+    MainWindow fresh(m_dir.filePath("fresh-runs"));
+    fresh.resize(1024, 700);
+    fresh.show();
+    auto* train = fresh.trainView();
+    QVERIFY(!train->trainButton()->isEnabled());
+    QVERIFY(train->trainButton()->toolTip().contains("Load a corpus"));
+    QTRY_VERIFY_WITH_TIMEOUT(train->deviceBox()->count() > 0, 30000);
+    QCOMPARE(train->deviceBox()->currentData().toString(), QString("cpu"));
+    QSignalSpy loaded(fresh.engine(), &EngineController::corpusLoaded);
+    fresh.corpusView()->load(kCorpus);
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(train->trainButton()->isEnabled());
+
+    // Small windows: the form scrolls instead of squeezing its fields below their size hint.
+    fresh.tabs()->setCurrentWidget(train);
+    for (const QSize size : { QSize(1280, 800), QSize(1024, 700), QSize(900, 650) }) {
+        fresh.resize(size);
+        QTest::qWait(50);
+        auto* form = fresh.findChild<QScrollArea*>("trainForm");
+        QVERIFY(form);
+        for (QWidget* w : form->widget()->findChildren<QWidget*>()) {
+            if (!qobject_cast<QLineEdit*>(w) && !qobject_cast<QAbstractSpinBox*>(w) && !qobject_cast<QComboBox*>(w))
+                continue;
+            if (qobject_cast<QAbstractSpinBox*>(w->parentWidget()) || qobject_cast<QComboBox*>(w->parentWidget()))
+                continue; // the editor inside a spin box or combo box, sized by its owner
+            QVERIFY2(w->height() >= w->sizeHint().height(),
+                qPrintable(QString("%1×%2: %3 is %4 px high, needs %5")
+                               .arg(size.width())
+                               .arg(size.height())
+                               .arg(w->metaObject()->className())
+                               .arg(w->height())
+                               .arg(w->sizeHint().height())));
+        }
+    }
+}
+
+void TestUi::chatFollowsTheNewestReply()
+{
+    // Longer than the pane: the newest reply is in view, not below the fold.
+    auto* chat = m_window->chatView();
+    auto* engine = m_window->engine();
+    if (!engine->hasBot()) { // run alone: train a small model first
+        if (!m_window->corpusView()->isLoaded()) {
+            QSignalSpy corpus(engine, &EngineController::corpusLoaded);
+            m_window->corpusView()->load(kCorpus);
+            QVERIFY(corpus.wait(30000));
+        }
+        QSignalSpy finished(engine, &EngineController::trainingFinished);
+        m_window->trainView()->setConfig(smallConfig(2));
+        m_window->trainView()->startTraining();
+        QVERIFY(finished.wait(120000));
+        QTRY_VERIFY(engine->hasBot());
+    }
+    m_window->tabs()->setCurrentWidget(chat);
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    for (int i = 0; i < 12; ++i) {
+        chat->input()->setText(QString("question number %1 about lstm gates").arg(i));
+        QTest::keyClick(chat->input(), Qt::Key_Return);
+        QVERIFY(replies.wait(30000));
+    }
+    auto* bar = chat->chatScroll()->verticalScrollBar();
+    QTRY_VERIFY(bar->maximum() > 0);
+    QTRY_COMPARE(bar->value(), bar->maximum());
+}
+
+void TestUi::helpNeedsNoDisplay()
+{
+    // `chatbench --help` on a server without a display once aborted with a Qt platform error.
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("DISPLAY");
+    env.remove("WAYLAND_DISPLAY");
+    env.remove("QT_QPA_PLATFORM");
+    p.setProcessEnvironment(env);
+    for (const QString& flag : { QString("--help"), QString("--version") }) {
+        p.start(CHATBENCH_GUI_APP, { flag });
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 0);
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(out.contains(flag == "--help" ? "--corpus" : "chatbench"), qPrintable(out));
+    }
 }
 
 void TestUi::settingsPersist()

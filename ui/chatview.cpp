@@ -63,6 +63,14 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     m_scroll = new QScrollArea;
     m_scroll->setWidget(m_messages);
     m_scroll->setWidgetResizable(true);
+    // Keep the newest message in view while the reader is at the bottom (or has just sent one);
+    // someone scrolled up to reread is left where they are.
+    connect(m_scroll->verticalScrollBar(), &QScrollBar::rangeChanged, this, [this](int, int max) {
+        if (m_followNewest)
+            m_scroll->verticalScrollBar()->setValue(max);
+    });
+    connect(m_scroll->verticalScrollBar(), &QScrollBar::valueChanged, this,
+        [this](int value) { m_followNewest = value >= m_scroll->verticalScrollBar()->maximum() - 4; });
 
     m_input = new QLineEdit;
     m_input->setPlaceholderText(tr("Ask the bot something and press Enter"));
@@ -239,6 +247,6 @@ void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceC
     if (bot)
         row->addStretch();
     m_messagesLayout->insertLayout(m_messagesLayout->count(), row);
-    QTimer::singleShot(
-        0, this, [this] { m_scroll->verticalScrollBar()->setValue(m_scroll->verticalScrollBar()->maximum()); });
+    // The new bubble's height is known only after layout: follow the range when it grows.
+    m_followNewest = true;
 }

@@ -31,6 +31,7 @@ public:
 
     HandoffView* handoffView() const { return m_handoff; }
     QLineEdit* input() const { return m_input; }
+    QScrollArea* chatScroll() const { return m_scroll; }
     QCheckBox* breakSwitch() const { return m_break; }
     QComboBox* breakMode() const { return m_breakMode; }
     QLabel* probeLabel() const { return m_probeLabel; }
@@ -48,6 +49,7 @@ private:
 
     EngineController* m_engine;
     QScrollArea* m_scroll = nullptr;
+    bool m_followNewest = true; // keep the newest message in view
     QWidget* m_messages = nullptr;
     QVBoxLayout* m_messagesLayout = nullptr;
     QLineEdit* m_input = nullptr;

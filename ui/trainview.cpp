@@ -17,6 +17,7 @@
 #include <QListWidget>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardItemModel>
@@ -131,13 +132,21 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     auto* runsLayout = new QVBoxLayout(runsBox);
     runsLayout->addWidget(m_runs);
 
+    // The form scrolls when the window is short rather than squeezing its fields.
+    auto* hyperScroll = new QScrollArea;
+    hyperScroll->setWidget(hyper);
+    hyperScroll->setWidgetResizable(true);
+    hyperScroll->setFrameShape(QFrame::NoFrame);
+    hyperScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    hyperScroll->setMinimumHeight(160);
+    hyperScroll->setObjectName("trainForm");
     auto* left = new QVBoxLayout;
-    left->addWidget(hyper);
+    left->addWidget(hyperScroll, 3);
     left->addWidget(devBox);
     left->addLayout(buttons);
     left->addWidget(m_progress);
     left->addWidget(m_eta);
-    left->addWidget(runsBox, 1);
+    left->addWidget(runsBox, 2);
     auto* leftWidget = new QWidget;
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(380);
@@ -174,6 +183,10 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     connect(m_stop, &QPushButton::clicked, this, &TrainView::stopTraining);
     connect(m_resume, &QPushButton::clicked, this, &TrainView::resumeTraining);
     connect(m_engine, &EngineController::devicesReady, this, &TrainView::fillDevices);
+    connect(m_engine, &EngineController::corpusLoaded, this, [this] {
+        m_haveCorpus = true;
+        setRunning(m_running);
+    });
     connect(m_engine, &EngineController::trainingStarted, this, [this](const QString& dir, const TrainConfig&, qint64) {
         setCurrentRun(dir);
         refreshRunHistory();
@@ -282,6 +295,8 @@ void TrainView::setConfig(const TrainConfig& c)
     const int d = m_device->findData(QString::fromStdString(c.device));
     if (d >= 0)
         m_device->setCurrentIndex(d);
+    else
+        m_wantedDevice = QString::fromStdString(c.device); // devices not probed yet: chosen when they are
     if (c.threads > 0)
         m_threads->setValue(c.threads);
     const int p = m_precision->findData(QString::fromStdString(precisionName(c.precision)));
@@ -318,8 +333,12 @@ void TrainView::fillDevices()
         item->setEnabled(false);
         item->setToolTip(tr("This build can use CUDA, but no CUDA device or driver was found on this machine."));
     }
-    const int i = m_device->findData(wanted);
-    m_device->setCurrentIndex(i >= 0 ? i : 0);
+    // The device asked for (settings, or the choice before a re-probe) if it is here; else the CPU
+    // — never the greyed "none available" entry.
+    const QString ask = !m_wantedDevice.isEmpty() ? m_wantedDevice : wanted;
+    const int i = ask.isEmpty() ? -1 : m_device->findData(ask);
+    m_device->setCurrentIndex(i >= 0 ? i : std::max(0, m_device->findData(QStringLiteral("cpu"))));
+    m_wantedDevice.clear();
     m_deviceNote->setText(anyCuda ? tr("CUDA devices found: pick one above.")
                                   : tr("No CUDA GPU on this machine: training runs on the CPU. CUDA entries appear "
                                        "here when a GPU and driver are present."));
@@ -389,7 +408,10 @@ void TrainView::refreshRunHistory()
 
 void TrainView::setRunning(bool running)
 {
-    m_train->setEnabled(!running);
+    m_running = running;
+    m_train->setEnabled(!running && m_haveCorpus);
+    m_train->setToolTip(m_haveCorpus ? tr("Train a new run on the loaded corpus (Ctrl+T)")
+                                     : tr("Load a corpus first (Corpus tab, Ctrl+O)"));
     m_stop->setEnabled(running);
     m_resume->setEnabled(!running && !m_currentRun.isEmpty());
     m_preset->setEnabled(!running);
@@ -399,6 +421,10 @@ void TrainView::startTraining()
 {
     if (m_engine->isTraining())
         return;
+    if (!m_haveCorpus) {
+        Q_EMIT status(tr("Load a corpus before training (Corpus tab, Ctrl+O)."));
+        return;
+    }
     TrainConfig cfg = config();
     try {
         validate(cfg);

@@ -85,5 +85,8 @@ private:
     QListWidget* m_runs = nullptr;
     QString m_runsDir;
     QString m_currentRun;
+    QString m_wantedDevice; // from settings, applied once the devices are probed
+    bool m_haveCorpus = false; // Train needs a loaded corpus
+    bool m_running = false;
     chatbench::TrainConfig m_base; // fields the form does not show come from here
 };

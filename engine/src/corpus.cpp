@@ -178,7 +178,7 @@ void loadJsonlFile(Loader& L, const std::string& file)
             json j;
             try {
                 j = json::parse(l);
-            } catch (const json::parse_error& e) {
+            } catch (const json::exception& e) { // syntax, or a number too large for a double
                 throw Error(file, line, std::string("JSON: ") + e.what());
             }
             if (!j.is_object())

@@ -13,6 +13,8 @@ nlohmann::json parseDocument(
         j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(file, text::lineOfOffset(text, e.byte), std::string("JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)
+        throw Error(file, 0, std::string("JSON: ") + e.what());
     }
     if (!j.is_object() || j.value("format", "") != format)
         throw Error(file, 1, notThis);

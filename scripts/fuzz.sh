@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses in fuzz/ with clang (AddressSanitizer + UBSan) and runs each for
+# SECONDS, seeded from the bundled corpus and the test fixtures plus the regression inputs kept in
+# fuzz/regressions/. Prints executions and findings per harness; findings land in build-fuzz/findings/.
+# Usage: scripts/fuzz.sh [SECONDS] [HARNESS ...]     (HARNESS: corpus_yaml, tokenizer, …; default all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH="${1:-60}"
+[ $# -gt 0 ] && shift
+BUILD=build-fuzz
+ALL=(corpus_yaml corpus_tsv corpus_jsonl corpus_dialog corpus_cornell tokenizer config state)
+HARNESSES=("$@")
+if [ $# -eq 0 ]; then HARNESSES=("${ALL[@]}"); fi
+
+command -v clang++ >/dev/null || { echo "fuzz: needs clang++ (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
+cmake -S fuzz -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" >/dev/null
+
+seed() { # harness → seed files
+  case "$1" in
+    corpus_yaml) ls datasets/chatbench/*.yml ;;
+    corpus_tsv|corpus_dialog|corpus_jsonl|corpus_cornell) ls datasets/chatbench/* ;;
+    tokenizer) ls tests/fixtures/keras/*.json ;;
+    config|state) ls tests/fixtures/keras/*_tokenizer.json ;;
+  esac
+}
+
+mkdir -p "$BUILD/findings"
+printf '%-16s %12s %10s %8s\n' harness executions exec/s findings
+for h in "${HARNESSES[@]}"; do
+  work="$BUILD/work/$h"
+  mkdir -p "$work" "fuzz/regressions/$h"
+  for f in $(seed "$h"); do cp -n "$f" "$work/" 2>/dev/null || true; done
+  log="$BUILD/$h.log"
+  "$BUILD/fuzz_$h" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$BUILD/findings/$h-" "$work" "fuzz/regressions/$h" >"$log" 2>&1 || true
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  found=$(ls "$BUILD/findings" | grep -c "^$h-" || true)
+  printf '%-16s %12s %10s %8s\n' "$h" "${execs:-0}" "${rate:-0}" "$found"
+done
+rm -rf /dev/shm/chatbench-fuzz-* 2>/dev/null || true
