@@ -36,6 +36,7 @@ private Q_SLOTS:
     void stateFieldsAreRangeChecked();
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
+    void stepHistory();
     void listsOnlyRunsNewestFirst();
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
@@ -286,6 +287,36 @@ void TestRuns::hugeNumbersAreErrors()
     }
     QVERIFY_THROWS_EXCEPTION(
         Error, trainConfigFromJson("{\"format\": \"chatbench-config\", \"x\": 1e999999}", "c.json"));
+}
+
+void TestRuns::stepHistory()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    QVERIFY(readRunSteps(run).empty()); // not a run yet
+    RunState s;
+    s.checkpoint = checkpointName(3);
+    s.step = 3;
+    saveState(run, s);
+    appendRunSteps(run, { { 0, 1, 2.5, 100, 0.1 }, { 0, 2, 2.4, 110, 0.2 } });
+    appendRunSteps(run, { { 0, 3, 2.3, 120, 0.3 }, { 1, 4, 2.2, 130, 0.4 } }); // 4: past state.json
+    // A torn last line (killed mid-append) and a garbage row are skipped.
+    QFile f(dir.filePath("steps.csv"));
+    QVERIFY(f.open(QIODevice::Append));
+    f.write("x,y,z\n1,5,2.");
+    f.close();
+    auto rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(3));
+    QCOMPARE(rows[2].step, int64_t(3));
+    QCOMPARE(rows[1].loss, 2.4);
+    QCOMPARE(rows[0].tokensPerSecond, 100.0);
+    keepRunSteps(run, 2); // resumed from the checkpoint at step 2
+    rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(2));
+    appendRunSteps(run, { { 0, 3, 2.35, 125, 0.31 } });
+    rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(3));
+    QCOMPARE(rows[2].loss, 2.35);
 }
 
 void TestRuns::listsOnlyRunsNewestFirst()

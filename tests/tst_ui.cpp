@@ -81,6 +81,7 @@ private Q_SLOTS:
     void newWindowDefaultsAndSmallSizes();
     void chatFollowsTheNewestReply();
     void helpNeedsNoDisplay();
+    void curvesSurviveStopResumeAndReopen();
     void settingsPersist();
 
 private:
@@ -671,6 +672,50 @@ void TestUi::helpNeedsNoDisplay()
         const QString out = QString::fromUtf8(p.readAllStandardOutput());
         QVERIFY2(out.contains(flag == "--help" ? "--corpus" : "chatbench"), qPrintable(out));
     }
+}
+
+void TestUi::curvesSurviveStopResumeAndReopen()
+{
+    // Stop, then Resume: the curve keeps every step from before the stop; reopening the run
+    // shows them too; the smoothed line starts at the data (debiased), not near 0.
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    if (!m_window->corpusView()->isLoaded()) {
+        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
+        m_window->corpusView()->load(kCorpus);
+        QVERIFY(corpus.wait(30000));
+    }
+    train->setConfig(smallConfig(6));
+    QSignalSpy steps(engine, &EngineController::stepDone);
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    train->trainButton()->click();
+    QTRY_VERIFY_WITH_TIMEOUT(steps.count() >= 20, 60000);
+    train->stopButton()->click();
+    QVERIFY(finished.wait(30000));
+    const QString run = train->currentRun();
+    const int saved = static_cast<int>(readRunSteps(run.toStdString()).size());
+    QVERIFY2(saved >= 20, qPrintable(QString::number(saved)));
+    QCOMPARE(static_cast<int>(readRunSteps(run.toStdString()).back().step), saved); // steps 1..n, none missing
+    train->resumeButton()->click();
+    QVERIFY(train->plot()->stepPoints() >= saved); // the history is drawn before the first new step
+    QVERIFY(finished.wait(120000));
+    const auto all = readRunSteps(run.toStdString());
+    QCOMPARE(train->plot()->stepPoints(), static_cast<int>(all.size()));
+    QCOMPARE(static_cast<int>(all.back().step), static_cast<int>(all.size()));
+    // Reopen it (as a double-click in the run history does): the same curve.
+    train->plot()->clear();
+    QSignalSpy loaded(engine, &EngineController::runLoaded);
+    engine->loadRun(run);
+    QVERIFY(loaded.wait(30000));
+    QCOMPARE(train->plot()->stepPoints(), static_cast<int>(all.size()));
+    QCOMPARE(train->plot()->epochPoints(), 6);
+    train->plot()->setSmoothing(99);
+    QTest::qWait(100);
+    const auto smoothed = train->plot()->lossPlot()->graph(1)->data();
+    const auto raw = train->plot()->lossPlot()->graph(0)->data();
+    QVERIFY(smoothed->size() > 0 && raw->size() > 0);
+    QVERIFY(std::abs(smoothed->begin()->value - raw->begin()->value) < 1e-9);
+    train->plot()->setSmoothing(90);
 }
 
 void TestUi::settingsPersist()

@@ -115,6 +115,8 @@ void LivePlot::clear()
 {
     m_steps.clear();
     m_smoothed.clear();
+    m_ema = 0;
+    m_emaWeight = 0;
     m_epochs.clear();
     m_epochTrain.clear();
     m_userZoomed = false;
@@ -151,14 +153,22 @@ void LivePlot::setSmoothing(int percent)
     m_smoothLabel->setText(tr("smoothing %1").arg(m_alpha, 0, 'f', 2));
     // Recompute the EMA over the raw points.
     m_smoothed.clear();
-    double ema = 0;
-    for (int i = 0; i < m_steps.size(); ++i) {
-        ema = i == 0 ? m_steps[i].value : m_alpha * ema + (1 - m_alpha) * m_steps[i].value;
-        Point p = m_steps[i];
-        p.value = ema;
-        m_smoothed.push_back(p);
-    }
+    m_ema = 0;
+    m_emaWeight = 0;
+    for (const Point& p : m_steps)
+        m_smoothed.push_back(smoothedNext(p));
     scheduleReplot();
+}
+
+LivePlot::Point LivePlot::smoothedNext(const Point& raw)
+{
+    // Debiased EMA (as TensorBoard): the average starts at 0 with weight 0, so dividing by the
+    // weight gathered so far keeps the first points at the data instead of pulled toward 0.
+    m_ema = m_alpha * m_ema + (1 - m_alpha) * raw.value;
+    m_emaWeight = m_alpha * m_emaWeight + (1 - m_alpha);
+    Point s = raw;
+    s.value = m_emaWeight > 0 ? m_ema / m_emaWeight : raw.value;
+    return s;
 }
 
 void LivePlot::addStep(const chatbench::StepMetrics& m)
@@ -166,9 +176,7 @@ void LivePlot::addStep(const chatbench::StepMetrics& m)
     const double step = static_cast<double>(m.step);
     const Point p { step, step / m_stepsPerEpoch, m.elapsedSeconds, m.loss, m.tokensPerSecond };
     m_steps.push_back(p);
-    Point s = p;
-    s.value = m_smoothed.isEmpty() ? m.loss : m_alpha * m_smoothed.back().value + (1 - m_alpha) * m.loss;
-    m_smoothed.push_back(s);
+    m_smoothed.push_back(smoothedNext(p));
     scheduleReplot();
 }
 

@@ -59,6 +59,9 @@ private:
     struct Point {
         double step, epoch, time, value, extra;
     };
+    Point smoothedNext(const Point& raw); // the next debiased EMA point
+    double m_ema = 0; // the running average and the weight it has gathered (debiasing)
+    double m_emaWeight = 0;
     void scheduleReplot();
     void replot();
     double xOf(const Point& p) const;

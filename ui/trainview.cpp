@@ -187,6 +187,11 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
         m_haveCorpus = true;
         setRunning(m_running);
     });
+    // A run opened for chat shows its whole history (not while another one trains).
+    connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
+        if (!m_engine->isTraining())
+            showRunCurves(r.runDir);
+    });
     connect(m_engine, &EngineController::trainingStarted, this, [this](const QString& dir, const TrainConfig&, qint64) {
         setCurrentRun(dir);
         refreshRunHistory();
@@ -445,13 +450,25 @@ void TrainView::stopTraining()
     m_engine->stop();
 }
 
+void TrainView::showRunCurves(const QString& runDir)
+{
+    m_plot->clear();
+    const std::string dir = runDir.toStdString();
+    const auto steps = readRunSteps(dir);
+    const auto epochs = readRunHistory(dir);
+    if (!epochs.empty() && epochs.front().step > 0)
+        m_plot->setStepsPerEpoch(static_cast<double>(epochs.front().step));
+    for (const auto& m : steps)
+        m_plot->addStep(m);
+    for (const auto& m : epochs)
+        m_plot->addEpoch(m);
+}
+
 void TrainView::resumeTraining()
 {
     if (m_engine->isTraining() || m_currentRun.isEmpty())
         return;
-    m_plot->clear();
-    for (const auto& m : readRunHistory(m_currentRun.toStdString()))
-        m_plot->addEpoch(m);
+    showRunCurves(m_currentRun); // the whole run so far; the resumed steps continue it
     setRunning(true);
     m_eta->setText(tr("resuming %1…").arg(QFileInfo(m_currentRun).fileName()));
     m_engine->resume(m_currentRun, m_epochs->value());

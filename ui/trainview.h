@@ -53,6 +53,7 @@ private:
     void fillDevices();
     void updatePrecisions();
     void setRunning(bool running);
+    void showRunCurves(const QString& runDir); // the run's saved steps and epochs
     void applyPreset(const QString& name);
 
     EngineController* m_engine;

@@ -35,6 +35,7 @@ constexpr const char* kStateFile = "state.json";
 constexpr const char* kMetricsFile = "metrics.csv";
 
 // metrics.csv columns, in the order they are written; read back by name.
+constexpr const char* kStepsFile = "steps.csv";
 constexpr const char* kMetricsColumns[] = { "epoch", "step", "train_loss", "validation_loss", "validation_accuracy",
     "perplexity", "seconds", "tokens_per_second", "elapsed_seconds" };
 
@@ -279,21 +280,25 @@ void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>&
     writeFileAtomic((fs::path(runDir) / kMetricsFile).string(), out.str());
 }
 
-std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
+namespace {
+
+// The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
+// columns still reads). `row` is called with a lookup `number(name)`; it returns false for rows
+// to leave out. A cell that is missing or not a number leaves its row out. Unreadable files (or
+// ones without the columns) give no rows.
+template <size_t N, typename Row> void readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
 {
-    std::vector<EpochMetrics> out;
-    const fs::path path = fs::path(runDir) / kMetricsFile;
     if (!present(path))
-        return out;
+        return;
     std::string bytes;
     try {
         bytes = text::readFile(path.string());
     } catch (const Error&) {
-        return out;
+        return;
     }
     const auto lines = text::splitLines(bytes);
     if (lines.empty())
-        return out;
+        return;
     auto cells = [](std::string_view line) {
         std::vector<std::string> c;
         std::string cell;
@@ -302,14 +307,13 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
             c.push_back(text::trim(cell));
         return c;
     };
-    // Columns by name, so a file with more (or reordered) columns still reads.
     std::map<std::string, size_t> column;
     const auto header = cells(lines.front());
     for (size_t i = 0; i < header.size(); ++i)
         column[header[i]] = i;
-    for (const char* name : kMetricsColumns)
+    for (const char* name : names)
         if (!column.count(name))
-            return out;
+            return;
     for (size_t n = 1; n < lines.size(); ++n) {
         const auto c = cells(lines[n]);
         bool ok = true;
@@ -325,6 +329,18 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
                 ok = false;
             return v;
         };
+        row(number, ok);
+    }
+}
+
+constexpr const char* kStepColumns[] = { "epoch", "step", "loss", "tokens_per_second", "elapsed_seconds" };
+
+} // namespace
+
+std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
+{
+    std::vector<EpochMetrics> out;
+    readCsv(fs::path(runDir) / kMetricsFile, kMetricsColumns, [&](auto&& number, bool& ok) {
         EpochMetrics m;
         m.epoch = static_cast<int>(number("epoch")) - 1;
         m.step = static_cast<int64_t>(number("step"));
@@ -337,8 +353,70 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
         m.elapsedSeconds = number("elapsed_seconds");
         if (ok && m.epoch >= 0)
             out.push_back(m);
-    }
+    });
     return out;
+}
+
+std::vector<StepMetrics> readRunSteps(const std::string& runDir)
+{
+    // Rows past state.json's step belong to a save that did not finish: left out.
+    int64_t last = -1;
+    try {
+        last = loadState(runDir).step;
+    } catch (const Error&) {
+        return {};
+    }
+    std::vector<StepMetrics> out;
+    readCsv(fs::path(runDir) / kStepsFile, kStepColumns, [&](auto&& number, bool& ok) {
+        StepMetrics m;
+        m.epoch = static_cast<int>(number("epoch")) - 1;
+        m.step = static_cast<int64_t>(number("step"));
+        m.loss = number("loss");
+        m.tokensPerSecond = number("tokens_per_second");
+        m.elapsedSeconds = number("elapsed_seconds");
+        if (ok && m.epoch >= 0 && m.step >= 1 && m.step <= last && (out.empty() || m.step > out.back().step))
+            out.push_back(m);
+    });
+    return out;
+}
+
+void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& rows)
+{
+    if (rows.empty())
+        return;
+    const std::string path = (fs::path(runDir) / kStepsFile).string();
+    std::ostringstream out;
+    out.precision(8);
+    if (!present(path))
+        for (size_t i = 0; i < std::size(kStepColumns); ++i)
+            out << (i ? "," : "") << kStepColumns[i] << (i + 1 == std::size(kStepColumns) ? "\n" : "");
+    for (const auto& m : rows)
+        out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
+            << '\n';
+    const std::string bytes = out.str();
+    std::FILE* f = std::fopen(path.c_str(), "ab");
+    if (!f)
+        throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+    const int err = errno;
+    std::fclose(f);
+    if (!ok)
+        throw Error(path, 0, std::string("write failed (") + std::strerror(err) + ")");
+}
+
+void keepRunSteps(const std::string& runDir, int64_t upToStep)
+{
+    const auto rows = readRunSteps(runDir); // already only up to state.json's step
+    std::ostringstream out;
+    out.precision(8);
+    for (size_t i = 0; i < std::size(kStepColumns); ++i)
+        out << (i ? "," : "") << kStepColumns[i];
+    out << '\n';
+    for (const auto& m : rows)
+        if (m.step <= upToStep)
+            out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
+                << '\n';
+    writeFileAtomic((fs::path(runDir) / kStepsFile).string(), out.str());
 }
 
 bool isRun(const std::string& dir)

@@ -49,6 +49,10 @@ RunState loadStateFile(const std::string& path);
 // The ckpt-<step>.pt files of a run, newest (highest step) first.
 std::vector<std::string> checkpointFiles(const std::string& runDir);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
+// steps.csv: rows appended before each checkpoint; keepRunSteps rewrites it with the rows up to
+// `upToStep` only (a resume from an older checkpoint).
+void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& rows);
+void keepRunSteps(const std::string& runDir, int64_t upToStep);
 
 // One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
 // released by the system when the process ends, killed or not. Taking it removes temporary files

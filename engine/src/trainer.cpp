@@ -137,9 +137,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         return result;
     };
     auto cancelled = [&] { return cb.cancel && cb.cancel->load(); };
+    std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
     auto checkpoint = [&] {
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
+        // Steps first: rows past state.json's step (a save cut short) are ignored by readers.
+        appendRunSteps(s.runDir, unsavedSteps);
+        unsavedSteps.clear();
         saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     };
 
@@ -175,9 +179,11 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
 
             const double stepSeconds = secondsSince(stepStart);
             const double elapsed = elapsedAtStart + secondsSince(callStart);
+            const StepMetrics sm { s.state.epoch, s.state.step, lossValue,
+                stepSeconds > 0 ? static_cast<double>(batch.tokens) / stepSeconds : 0, elapsed };
+            unsavedSteps.push_back(sm);
             if (cb.onStep)
-                cb.onStep({ s.state.epoch, s.state.step, lossValue,
-                    stepSeconds > 0 ? static_cast<double>(batch.tokens) / stepSeconds : 0, elapsed });
+                cb.onStep(sm);
             if (cb.onProgress) {
                 const int64_t doneHere = s.state.step - firstStep;
                 const double perStep = secondsSince(callStart) / static_cast<double>(std::max<int64_t>(1, doneHere));
@@ -333,6 +339,8 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         log(cb, fellBack);
         s.state.finished = finished && s.state.epoch >= s.cfg.epochs;
     }
+    // The step history continues from the checkpoint loaded (no rows from a save cut short).
+    keepRunSteps(runDir, s.state.step);
     if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)

@@ -8,7 +8,8 @@
 //   chatbench::Corpus c = chatbench::loadRunCorpus("runs/demo");  // the corpus it trained on
 //
 // A run folder holds config.json (TrainConfig), vocab.json (the tokenizer), state.json (where
-// training stands, written after the checkpoint it names), metrics.csv (one row per epoch) and
+// training stands, written after the checkpoint it names), metrics.csv (one row per epoch),
+// steps.csv (one row per optimizer step, appended at each checkpoint) and
 // ckpt-<step>.pt (model + optimizer). Each file is replaced atomically (temporary file + rename).
 
 #include "chatbench/config.h"
@@ -34,6 +35,10 @@ Corpus loadRunCorpus(const std::string& runDir);
 // Every epoch in the run's metrics.csv, oldest first; empty when there is none yet.
 // Rows that cannot be read are skipped (the file is rewritten whole after every epoch).
 std::vector<EpochMetrics> readRunHistory(const std::string& runDir);
+// Every optimizer step saved with the run's checkpoints (steps.csv), oldest first, so curves
+// survive Stop, Resume and reopening; rows past state.json's step (a save that did not finish)
+// are left out.
+std::vector<StepMetrics> readRunSteps(const std::string& runDir);
 
 struct RunInfo {
     std::string dir; // the run folder
