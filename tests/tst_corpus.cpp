@@ -113,6 +113,10 @@ void TestCorpus::badInputs_data()
                                   << "JSON" << 1;
     QTest::newRow("jsonl-number-overflow")
         << "n.jsonl" << QByteArray("{\"prompt\": \"a\", \"response\": 1e99999}\n") << 1L << "JSON" << 0;
+    QTest::newRow("jsonl-field-types") << "f.jsonl"
+                                       << QByteArray("{\"messages\": [{\"role\": 3, \"content\": \"a\"}, \"b\"]}\n"
+                                                     "{\"prompt\": [1], \"response\": \"x\"}\n")
+                                       << 2L << "strings" << 1;
     QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings"
                                  << 0;
     QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected" << 0;

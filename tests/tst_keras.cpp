@@ -416,6 +416,9 @@ void TestKeras::unsupportedModelsAreNamed()
     json linear = config;
     layerNamed(linear, "decoder_dense")["config"]["activation"] = "linear";
     expectError(linear, "linear", { "'decoder_dense'", "softmax" });
+    json typed = config; // a field of another type than Keras writes
+    layerNamed(typed, "decoder_lstm")["config"]["return_sequences"] = "yes";
+    expectError(typed, "typed", { "typed.keras" });
     json sequential = config;
     sequential["class_name"] = "Sequential";
     expectError(sequential, "sequential", { "Sequential" });

@@ -287,6 +287,12 @@ void TestRuns::hugeNumbersAreErrors()
     }
     QVERIFY_THROWS_EXCEPTION(
         Error, trainConfigFromJson("{\"format\": \"chatbench-config\", \"x\": 1e999999}", "c.json"));
+    // Also found by fuzzing: a "format" that is not a string threw a JSON type error.
+    QVERIFY_THROWS_EXCEPTION(Error, trainConfigFromJson("{\"format\": {\"a\": 1}}", "c.json"));
+    testutil::writeFile(dir, "vocab.json", "{\"format\": [1, 2]}");
+    QVERIFY_THROWS_EXCEPTION(Error, Tokenizer::load(vocabPath(run)));
+    testutil::writeFile(dir, "state.json", "{\"format\": 7}");
+    QVERIFY_THROWS_EXCEPTION(Error, loadState(run));
 }
 
 void TestRuns::stepHistory()

@@ -165,6 +165,45 @@ void loadTsvFile(Loader& L, const std::string& file)
     }
 }
 
+// One JSONL record: {"prompt", "response"} or {"messages": [...]}.
+void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, long line)
+{
+    using nlohmann::json;
+    if (!j.is_object())
+        throw Error(file, line, "expected a JSON object");
+    if (j.contains("prompt") || j.contains("response")) {
+        if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response") || !j["response"].is_string())
+            throw Error(file, line, "'prompt' and 'response' must both be strings");
+        std::string p = text::trim(j["prompt"].get<std::string>());
+        std::string r = text::trim(j["response"].get<std::string>());
+        if (p.empty() || r.empty())
+            throw Error(file, line, "empty prompt or response");
+        L.add({ std::move(p), std::move(r), file, line });
+    } else if (j.contains("messages")) {
+        const json& msgs = j["messages"];
+        if (!msgs.is_array())
+            throw Error(file, line, "'messages' must be a list");
+        std::vector<std::pair<std::string, long>> turns;
+        for (const json& m : msgs) {
+            std::string content;
+            if (m.is_string()) {
+                content = m.get<std::string>();
+            } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
+                const auto role = m.find("role");
+                if (role != m.end() && role->is_string() && role->get<std::string>() == "system")
+                    continue;
+                content = m["content"].get<std::string>();
+            } else {
+                throw Error(file, line, "each message must be a string or an object with a string 'content'");
+            }
+            turns.emplace_back(text::trim(content), line);
+        }
+        L.addTurns(std::move(turns), file);
+    } else {
+        throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
+    }
+}
+
 void loadJsonlFile(Loader& L, const std::string& file)
 {
     using nlohmann::json;
@@ -175,44 +214,10 @@ void loadJsonlFile(Loader& L, const std::string& file)
         if (text::trim(l).empty())
             continue;
         L.record([&] {
-            json j;
             try {
-                j = json::parse(l);
-            } catch (const json::exception& e) { // syntax, or a number too large for a double
+                addJsonRecord(L, json::parse(l), file, line);
+            } catch (const json::exception& e) { // syntax, a number too large, a field of another type
                 throw Error(file, line, std::string("JSON: ") + e.what());
-            }
-            if (!j.is_object())
-                throw Error(file, line, "expected a JSON object");
-            if (j.contains("prompt") || j.contains("response")) {
-                if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response")
-                    || !j["response"].is_string())
-                    throw Error(file, line, "'prompt' and 'response' must both be strings");
-                std::string p = text::trim(j["prompt"].get<std::string>());
-                std::string r = text::trim(j["response"].get<std::string>());
-                if (p.empty() || r.empty())
-                    throw Error(file, line, "empty prompt or response");
-                L.add({ std::move(p), std::move(r), file, line });
-            } else if (j.contains("messages")) {
-                const json& msgs = j["messages"];
-                if (!msgs.is_array())
-                    throw Error(file, line, "'messages' must be a list");
-                std::vector<std::pair<std::string, long>> turns;
-                for (const json& m : msgs) {
-                    std::string content;
-                    if (m.is_string()) {
-                        content = m.get<std::string>();
-                    } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
-                        if (m.value("role", std::string()) == "system")
-                            continue;
-                        content = m["content"].get<std::string>();
-                    } else {
-                        throw Error(file, line, "each message must be a string or an object with a string 'content'");
-                    }
-                    turns.emplace_back(text::trim(content), line);
-                }
-                L.addTurns(std::move(turns), file);
-            } else {
-                throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
             }
         });
     }

@@ -16,7 +16,9 @@ nlohmann::json parseDocument(
     } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)
         throw Error(file, 0, std::string("JSON: ") + e.what());
     }
-    if (!j.is_object() || j.value("format", "") != format)
+    // A "format" that is not a string is not ours either (j.value would throw a type error).
+    const auto f = j.is_object() ? j.find("format") : j.end();
+    if (!j.is_object() || f == j.end() || !f->is_string() || f->get<std::string>() != format)
         throw Error(file, 1, notThis);
     return j;
 }

@@ -679,6 +679,10 @@ json parseJson(const std::string& bytes, const std::string& file, const std::str
 
 } // namespace
 
+namespace {
+KerasTokenizer readTokenizerJson(const std::string& path);
+} // namespace
+
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
 {
     H5::Exception::dontPrint();
@@ -711,11 +715,24 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
         }
     } catch (const H5::Exception& e) {
         throw Error(path, 0, "unreadable HDF5 data (" + e.getDetailMsg() + "): truncated or corrupt file?");
+    } catch (const json::exception& e) { // a config field of an unexpected type
+        throw Error(path, 0, std::string("the model config: ") + e.what());
     }
     throw Error(path, 0, "neither a Keras 3 .keras archive (zip) nor a legacy .h5 (HDF5) model file");
 }
 
 KerasTokenizer readKerasTokenizer(const std::string& path)
+{
+    try {
+        return readTokenizerJson(path);
+    } catch (const json::exception& e) { // a field of an unexpected type
+        throw Error(path, 0, std::string("the tokenizer: ") + e.what());
+    }
+}
+
+namespace {
+
+KerasTokenizer readTokenizerJson(const std::string& path)
 {
     const std::string bytes = text::readFile(path);
     json root = parseJson(bytes, path, "the tokenizer file");
@@ -771,5 +788,7 @@ KerasTokenizer readKerasTokenizer(const std::string& path)
     }
     return t;
 }
+
+} // namespace
 
 } // namespace chatbench
