@@ -34,7 +34,7 @@ struct TrainProgress {
     int64_t step = 0;
     int64_t totalSteps = 0;
     double elapsedSeconds = 0;
-    double etaSeconds = 0; // remaining, from this session's mean step time
+    double etaSeconds = 0; // remaining, from this training call's mean step time
 };
 
 } // namespace chatbench
