@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include <QDir>
+#include <QFile>
 #include <QProcess>
 #include <QRandomGenerator>
 #include <QTemporaryDir>
@@ -33,6 +34,11 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     QVERIFY(first.waitForFinished(300000));
     QCOMPARE(first.exitCode(), 0);
     int64_t lastStep = Chatbot::load(run.toStdString()).step();
+    // The process holding the run's lock writes its id into the lock file.
+    auto lockedBy = [&](qint64 pid) {
+        QFile f(run + "/.lock");
+        return f.open(QIODevice::ReadOnly) && f.readAll().trimmed().toLongLong() == pid;
+    };
     QRandomGenerator rng(20261130);
     int killedInSave = 0;
     const int rounds = 100;
@@ -41,8 +47,10 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
         p.start(CHATBENCH_CLI,
             { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1", "--quiet" });
         QVERIFY(p.waitForStarted());
-        // Past start-up (about half a second) the process does little but save checkpoints.
-        QTest::qWait(static_cast<int>(rng.bounded(300, 1500)));
+        // Once it holds the run's lock (start-up takes from half a second to several on a busy
+        // machine) the process does little but save checkpoints: kill it a random moment later.
+        QTRY_VERIFY_WITH_TIMEOUT(lockedBy(p.processId()), 120000);
+        QTest::qWait(static_cast<int>(rng.bounded(0, 700)));
         const bool running = p.state() == QProcess::Running;
         ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
         QVERIFY(p.waitForFinished(30000));
@@ -64,7 +72,8 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     last.start(CHATBENCH_CLI,
         { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1", "--quiet" });
     QVERIFY(last.waitForStarted());
-    QTest::qWait(1500);
+    QTRY_VERIFY_WITH_TIMEOUT(lockedBy(last.processId()), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(Chatbot::load(run.toStdString()).step() > lastStep, 120000); // it trains
     last.terminate(); // SIGTERM: stops after the current step with a checkpoint
     QVERIFY(last.waitForFinished(60000));
     QCOMPARE(last.exitCode(), 130);
