@@ -2,6 +2,7 @@
 // What every harness shares: the input as a file (the parsers read files), and the rule that a
 // chatbench::Error is a correct answer to bad input while anything else is a finding.
 
+#include "chatbench/corpus.h"
 #include "chatbench/error.h"
 
 #include <algorithm>
@@ -43,6 +44,24 @@ template <typename Parse> void expectCleanOutcome(Parse&& parse)
         parse();
     } catch (const chatbench::Error&) {
     }
+}
+
+// A corpus file in `format` (named input.<ext>): loaded strict with consecutive pairs, tolerant
+// with first-rest pairs, and its format detected.
+inline void corpusFile(const uint8_t* data, size_t size, chatbench::CorpusFormat format, const char* ext)
+{
+    const std::string path = scratch((std::string("input.") + ext).c_str());
+    write(path, data, size);
+    for (int mode = 0; mode < 2; ++mode)
+        expectCleanOutcome([&] {
+            chatbench::LoadOptions opt;
+            opt.format = format;
+            opt.strict = mode == 0;
+            opt.pairing = mode == 0 ? chatbench::Pairing::Consecutive : chatbench::Pairing::FirstRest;
+            opt.maxTextBytes = 8 << 20;
+            (void)chatbench::loadCorpus(path, opt);
+        });
+    expectCleanOutcome([&] { (void)chatbench::detectFormat(path); });
 }
 
 } // namespace fuzz

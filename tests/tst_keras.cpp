@@ -57,25 +57,30 @@ std::map<int64_t, std::string> kerasWords(const std::string& tokenizer)
     return out;
 }
 
+// One member of a zip archive, whole.
+std::string zipMember(const std::string& archive, const char* name)
+{
+    int err = 0;
+    zip_t* in = zip_open(archive.c_str(), ZIP_RDONLY, &err);
+    if (!in)
+        throw std::runtime_error("cannot open " + archive);
+    const zip_int64_t i = zip_name_locate(in, name, 0);
+    zip_stat_t st;
+    zip_stat_index(in, static_cast<zip_uint64_t>(i), 0, &st);
+    std::string bytes(static_cast<size_t>(st.size), '\0');
+    zip_file_t* f = zip_fopen_index(in, static_cast<zip_uint64_t>(i), 0);
+    zip_fread(f, bytes.data(), st.size);
+    zip_fclose(f);
+    zip_discard(in);
+    return bytes;
+}
+
 // A .keras archive like `source` with config.json replaced (or left out when `config` is null).
 void writeKeras(const std::string& path, const std::string& source, const json& config, bool withWeights = true)
 {
     int err = 0;
-    zip_t* in = zip_open(source.c_str(), ZIP_RDONLY, &err);
-    QVERIFY(in);
-    auto member = [&](const char* name) {
-        const zip_int64_t i = zip_name_locate(in, name, 0);
-        zip_stat_t st;
-        zip_stat_index(in, static_cast<zip_uint64_t>(i), 0, &st);
-        std::string bytes(static_cast<size_t>(st.size), '\0');
-        zip_file_t* f = zip_fopen_index(in, static_cast<zip_uint64_t>(i), 0);
-        zip_fread(f, bytes.data(), st.size);
-        zip_fclose(f);
-        return bytes;
-    };
-    const std::string weights = member("model.weights.h5");
-    const std::string metadata = member("metadata.json");
-    zip_discard(in);
+    const std::string weights = zipMember(source, "model.weights.h5");
+    const std::string metadata = zipMember(source, "metadata.json");
     zip_t* out = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
     QVERIFY(out);
     std::vector<std::string> keep; // the buffers must live until zip_close
@@ -308,19 +313,7 @@ void TestKeras::badFilesGiveErrors()
         QVERIFY2(std::string(e.what()).find("flipped.h5") != std::string::npos, e.what());
     }
 
-    const json config = json::parse([&] {
-        int err = 0;
-        zip_t* z = zip_open((kFixtures + "recipe.keras").c_str(), ZIP_RDONLY, &err);
-        const zip_int64_t i = zip_name_locate(z, "config.json", 0);
-        zip_stat_t st;
-        zip_stat_index(z, static_cast<zip_uint64_t>(i), 0, &st);
-        std::string bytes(static_cast<size_t>(st.size), '\0');
-        zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
-        zip_fread(f, bytes.data(), st.size);
-        zip_fclose(f);
-        zip_discard(z);
-        return bytes;
-    }());
+    const json config = json::parse(zipMember(kFixtures + "recipe.keras", "config.json"));
     writeKeras(dir + "noweights.keras", kFixtures + "recipe.keras", config, false);
     expectError(dir + "noweights.keras", "model.weights.h5");
     writeKeras(dir + "noconfig.keras", kFixtures + "recipe.keras", json());
@@ -373,17 +366,7 @@ void TestKeras::badFilesGiveErrors()
 void TestKeras::unsupportedModelsAreNamed()
 {
     const std::string dir = m_dir.path().toStdString() + "/";
-    int err = 0;
-    zip_t* z = zip_open((kFixtures + "recipe.keras").c_str(), ZIP_RDONLY, &err);
-    const zip_int64_t i = zip_name_locate(z, "config.json", 0);
-    zip_stat_t st;
-    zip_stat_index(z, static_cast<zip_uint64_t>(i), 0, &st);
-    std::string bytes(static_cast<size_t>(st.size), '\0');
-    zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
-    zip_fread(f, bytes.data(), st.size);
-    zip_fclose(f);
-    zip_discard(z);
-    const json config = json::parse(bytes);
+    const json config = json::parse(zipMember(kFixtures + "recipe.keras", "config.json"));
     auto expectError = [&](const json& cfg, const std::string& name, const std::vector<std::string>& fragments) {
         const std::string path = dir + name + ".keras";
         writeKeras(path, kFixtures + "recipe.keras", cfg);
