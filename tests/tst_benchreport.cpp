@@ -19,6 +19,7 @@ private Q_SLOTS:
     void summaryStatistics();
     void harnessSynchronisesAndSkipsWarmup();
     void reportRoundTrip();
+    void workloadsGroupLikeWithLike();
     void badReports_data();
     void badReports();
     void committedReportsImport();
@@ -77,6 +78,54 @@ void TestBenchReport::harnessSynchronisesAndSkipsWarmup()
     calls = 1;
     const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
     QCOMPARE(unsynced.median, 0.0);
+}
+
+void TestBenchReport::workloadsGroupLikeWithLike()
+{
+    BenchReport a;
+    a.corpus = "chatterbot-english";
+    a.corpusPairs = 2046;
+    a.model.vocabSize = 2287;
+    a.model.embedDim = 200;
+    a.model.hidden = 200;
+    a.model.layers = 1;
+    BenchReport b = a;
+    b.model.vocabSize = 2317; // another tokenizer of the same recipe: still the same work
+    QVERIFY(sameWorkload(a, 50, b, 50));
+    QVERIFY(!sameWorkload(a, 50, b, 64)); // another batch
+    QVERIFY(sameWorkload(a, 0, b, 64)); // 0: any batch (race curves)
+    BenchReport other = a;
+    other.corpus = "chatbench";
+    other.corpusPairs = 318;
+    QVERIFY(!sameWorkload(a, 50, other, 50)); // the bundled corpus beside the chatterbot one
+    BenchReport bigger = a;
+    bigger.model.hidden = 512;
+    QVERIFY(!sameWorkload(a, 50, bigger, 50));
+    BenchReport attention = a;
+    attention.model.attention = true;
+    QVERIFY(!sameWorkload(a, 50, attention, 50));
+    // Fingerprints decide where both reports have one; a report without one matches by name.
+    BenchReport fa = a, fb = a;
+    fa.corpusFingerprint = 0x1234;
+    fb.corpusFingerprint = 0x5678;
+    QVERIFY(!sameWorkload(fa, 50, fb, 50));
+    QVERIFY(sameWorkload(fa, 50, a, 50));
+    QCOMPARE(describeWorkload(a, 50), std::string("chatterbot-english (2046 pairs), E=200 H=200, 1 layer, batch 50"));
+    QCOMPARE(describeWorkload(attention, 0),
+        std::string("chatterbot-english (2046 pairs), E=200 H=200, 1 layer, attention"));
+
+    // The fingerprint survives the JSON round trip; a malformed one is an error naming the file.
+    a.corpusFingerprint = 0xfedcba9876543210ULL;
+    QCOMPARE(benchReportFromJson(toJson(a), "a.json").corpusFingerprint, 0xfedcba9876543210ULL);
+    QVERIFY(toJson(a).find("\"fingerprint\": \"fedcba9876543210\"") != std::string::npos);
+    std::string bad = toJson(a);
+    bad.replace(bad.find("fedcba9876543210"), 16, "not-hex-at-all!!");
+    try {
+        benchReportFromJson(bad, "bad.json");
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).startsWith("bad.json") && QString(e.what()).contains("fingerprint"), e.what());
+    }
 }
 
 void TestBenchReport::reportRoundTrip()

@@ -37,6 +37,7 @@ private Q_SLOTS:
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
     void stepHistory();
+    void bestEpochAndOverfittingNote();
     void listsOnlyRunsNewestFirst();
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
@@ -323,6 +324,42 @@ void TestRuns::stepHistory()
     rows = readRunSteps(run);
     QCOMPARE(rows.size(), size_t(3));
     QCOMPARE(rows[2].loss, 2.35);
+}
+
+void TestRuns::bestEpochAndOverfittingNote()
+{
+    // Hand-made histories: (train, validation) per epoch.
+    auto history = [](const std::vector<std::pair<double, double>>& losses) {
+        std::vector<EpochMetrics> h;
+        for (size_t i = 0; i < losses.size(); ++i) {
+            EpochMetrics m;
+            m.epoch = static_cast<int>(i);
+            m.step = static_cast<int64_t>(10 * (i + 1));
+            m.trainLoss = losses[i].first;
+            m.validationLoss = losses[i].second;
+            h.push_back(m);
+        }
+        return h;
+    };
+    QCOMPARE(bestEpochIndex({}), -1);
+    QCOMPARE(bestEpochIndex(history({ { 3, NAN }, { 2, NAN } })), -1);
+    // Validation best at epoch 3 (index 2), then three worse epochs while training falls: a note.
+    const auto over = history({ { 5, 4.0 }, { 4, 3.5 }, { 3, 3.2 }, { 2.5, 3.3 }, { 2, 3.6 }, { 1.5, 3.4 } });
+    QCOMPARE(bestEpochIndex(over), 2);
+    const QString note = QString::fromStdString(overfittingNote(over, 3));
+    QVERIFY2(note.startsWith("Overfitting:") && note.contains("not improved for 3 epochs")
+            && note.contains("best 3.200 at epoch 3") && note.contains("now 3.400") && note.contains("3.000 to 1.500")
+            && note.contains("would have stopped at epoch 6"),
+        qPrintable(note));
+    // Two epochs past the best: not yet; four with patience 3: still said.
+    QVERIFY(overfittingNote({ over.begin(), over.end() - 1 }, 3).empty());
+    QVERIFY(!overfittingNote(over, 2).empty());
+    // Training loss not falling (both curves rising: divergence, not memorising): no note.
+    QVERIFY(overfittingNote(history({ { 2, 3 }, { 2.5, 3.5 }, { 3, 4 }, { 3.5, 4.5 } }), 3).empty());
+    // Still improving: no note.
+    QVERIFY(overfittingNote(history({ { 5, 4 }, { 4, 3.5 }, { 3, 3.2 }, { 2, 3.1 } }), 3).empty());
+    // No validation: no note.
+    QVERIFY(overfittingNote(history({ { 5, NAN }, { 4, NAN }, { 3, NAN }, { 2, NAN }, { 1, NAN } }), 3).empty());
 }
 
 void TestRuns::listsOnlyRunsNewestFirst()

@@ -88,6 +88,7 @@ private Q_SLOTS:
     void runFolderLayout();
     void resumeEqualsUninterruptedRun();
     void validationAndEarlyStopping();
+    void bestWeightsAreThoseOfTheBestEpoch();
     void userErrors();
     void oneWriterPerRun();
     void halfCreatedRunStartsAfresh();
@@ -454,6 +455,87 @@ void TestTraining::validationAndEarlyStopping()
     QCOMPARE(r.bestValidationLoss, best);
     // The best epoch is exactly `patience` epochs before the end.
     QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
+}
+
+void TestTraining::bestWeightsAreThoseOfTheBestEpoch()
+{
+    // Training keeps the weights of the lowest validation loss (best.json + best-<step>.pt). The
+    // independent reference: the same run stopped after that epoch must answer bit for bit alike.
+    QTemporaryDir dir;
+    Corpus corpus = smallCorpus();
+    for (int i = 0; i < 8; ++i)
+        corpus.pairs.push_back(
+            { "question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0 });
+    TrainConfig cfg = smallConfig();
+    cfg.validationFraction = 0.25;
+    cfg.epochs = 30;
+    std::vector<std::string> logs;
+    TrainCallbacks cb;
+    cb.onLog = [&](const std::string& m) { logs.push_back(m); };
+    const std::string run = dir.filePath("long").toStdString();
+    const TrainResult r = train(cfg, corpus, run, cb);
+    const int bestIndex = bestEpochIndex(r.history);
+    QVERIFY(bestIndex >= 0);
+    QVERIFY2(bestIndex + 3 < static_cast<int>(r.history.size()), "the run should overfit after its best epoch");
+    const BestWeights best = readBestWeights(run);
+    QVERIFY(best.available);
+    QCOMPARE(best.epoch, bestIndex + 1);
+    QCOMPARE(best.step, r.history[static_cast<size_t>(bestIndex)].step);
+    QCOMPARE(best.validationLoss, r.bestValidationLoss);
+    // Only the newest best file is kept.
+    int bestFiles = 0;
+    for (const auto& e : std::filesystem::directory_iterator(run))
+        bestFiles += e.path().filename().string().rfind("best-", 0) == 0;
+    QCOMPARE(bestFiles, 1);
+    // The overfitting note was logged once, naming the best epoch.
+    const auto notes
+        = std::count_if(logs.begin(), logs.end(), [](const std::string& m) { return m.rfind("Overfitting:", 0) == 0; });
+    QVERIFY2(notes >= 1, "no overfitting note");
+    QVERIFY(std::any_of(logs.begin(), logs.end(), [&](const std::string& m) {
+        return m.find("best " + std::to_string(best.validationLoss).substr(0, 4)) != std::string::npos
+            || m.find("epoch " + std::to_string(best.epoch)) != std::string::npos;
+    }));
+
+    TrainConfig shorter = cfg;
+    shorter.epochs = best.epoch;
+    const std::string reference = dir.filePath("short").toStdString();
+    train(shorter, corpus, reference);
+    const Chatbot kept = Chatbot::load(run, "cpu", Chatbot::Weights::Best);
+    const Chatbot stopped = Chatbot::load(reference);
+    const Chatbot latest = Chatbot::load(run);
+    QCOMPARE(kept.step(), best.step);
+    bool differsFromLatest = false;
+    for (const auto& p : corpus.pairs) {
+        const Reply a = kept.reply(p.prompt), b = stopped.reply(p.prompt);
+        QCOMPARE(a.text, b.text);
+        QCOMPARE(a.score, b.score);
+        differsFromLatest = differsFromLatest || latest.reply(p.prompt).score != a.score;
+    }
+    QVERIFY(differsFromLatest);
+
+    // A damaged best file is refused by its checksum, naming it; a run without validation has none.
+    const std::string copy = dir.filePath("copy").toStdString();
+    std::filesystem::copy(run, copy, std::filesystem::copy_options::recursive);
+    for (const auto& e : std::filesystem::directory_iterator(copy))
+        if (e.path().filename().string().rfind("best-", 0) == 0) {
+            QFile f(QString::fromStdString(e.path().string()));
+            QVERIFY(f.open(QIODevice::ReadWrite));
+            f.seek(f.size() / 2);
+            f.write(QByteArray(16, '\x5a'));
+        }
+    try {
+        Chatbot::load(copy, "cpu", Chatbot::Weights::Best);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("best-") && QString(e.what()).contains("checksum"), e.what());
+    }
+    QVERIFY(!readBestWeights(m_run).available);
+    try {
+        Chatbot::load(m_run, "cpu", Chatbot::Weights::Best);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("best.json") && QString(e.what()).contains("no best weights"), e.what());
+    }
 }
 
 void TestTraining::oneWriterPerRun()

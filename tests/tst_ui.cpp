@@ -9,6 +9,7 @@
 #include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
+#include "guidedtour.h"
 #include "handoffview.h"
 #include "liveplot.h"
 #include "mainwindow.h"
@@ -25,6 +26,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenuBar>
 #include <QMessageBox>
 #include <QProcess>
 #include <QPushButton>
@@ -35,6 +37,8 @@
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTableWidget>
+#include <QToolButton>
 
 #include <algorithm>
 #include <memory>
@@ -83,6 +87,12 @@ private Q_SLOTS:
     void helpNeedsNoDisplay();
     void curvesSurviveStopResumeAndReopen();
     void settingsPersist();
+    void chartsKeepAllDataInView();
+    void bestEpochMarkedAndOverfittingShown();
+    void bestWeightsSelectableInChat();
+    void compareSeparatesWorkloads();
+    void everyControlExplainsItself();
+    void guidedTourWalksTheTabs();
 
 private:
     QTemporaryDir m_dir;
@@ -282,6 +292,30 @@ void TestUi::breakingHandoffTurnsBadgeRedAndProbeDrops()
     QCOMPARE(broken.distinct, 1);
     QVERIFY(chat->probeLabel()->text().contains(QString("%1 distinct").arg(healthy)));
     QVERIFY(chat->probeLabel()->text().contains("broken: 1 distinct"));
+    // The table of both probes: one row per question, the broken column names its mode and holds
+    // one reply for every question.
+    auto* table = chat->probeTable();
+    QVERIFY(!table->isHidden());
+    QCOMPARE(table->rowCount(), static_cast<int>(broken.questions.size()));
+    QVERIFY2(table->horizontalHeaderItem(2)->text().contains("zero start")
+            && table->horizontalHeaderItem(2)->text().contains("1/"),
+        qPrintable(table->horizontalHeaderItem(2)->text()));
+    QSet<QString> correctReplies, brokenReplies;
+    for (int r = 0; r < table->rowCount(); ++r) {
+        QCOMPARE(table->item(r, 0)->text(), broken.questions[r]);
+        correctReplies << table->item(r, 1)->text();
+        brokenReplies << table->item(r, 2)->text();
+    }
+    QCOMPARE(brokenReplies.size(), 1);
+    QCOMPARE(correctReplies.size(), healthy);
+    // Badges speak plain words; the numbers are in their tooltips; the help panel opens.
+    QVERIFY(chat->handoffView()->badge(0)->text().contains("does NOT start from the encoder's memory"));
+    QVERIFY(chat->handoffView()->badge(0)->toolTip().contains("max |decoder"));
+    chat->handoffView()->helpButton()->click();
+    auto* help = chat->handoffView()->findChild<QLabel*>("handoffHelp");
+    QVERIFY(help && !help->isHidden() && help->text().contains("cell state"));
+    chat->handoffView()->helpButton()->click();
+    QVERIFY(help->isHidden());
     chat->breakSwitch()->setChecked(false);
 }
 
@@ -624,6 +658,25 @@ void TestUi::newWindowDefaultsAndSmallSizes()
                                .arg(w->sizeHint().height())));
         }
     }
+    // Every tab at the smallest supported size: no visible field squeezed below its size hint.
+    fresh.resize(1024, 700);
+    for (int t = 0; t < fresh.tabs()->count(); ++t) {
+        fresh.tabs()->setCurrentIndex(t);
+        QTest::qWait(50);
+        for (QWidget* w : fresh.tabs()->currentWidget()->findChildren<QWidget*>()) {
+            if (!w->isVisible() || qobject_cast<QAbstractSpinBox*>(w->parentWidget())
+                || qobject_cast<QComboBox*>(w->parentWidget()))
+                continue;
+            if (!qobject_cast<QLineEdit*>(w) && !qobject_cast<QAbstractSpinBox*>(w) && !qobject_cast<QComboBox*>(w)
+                && !qobject_cast<QPushButton*>(w))
+                continue;
+            QVERIFY2(w->height() >= w->sizeHint().height(),
+                qPrintable(QString("tab %1: %2 \"%3\" is %4 px high, needs %5")
+                               .arg(fresh.tabs()->tabText(t), w->metaObject()->className(), w->objectName())
+                               .arg(w->height())
+                               .arg(w->sizeHint().height())));
+        }
+    }
 }
 
 void TestUi::chatFollowsTheNewestReply()
@@ -738,6 +791,278 @@ void TestUi::settingsPersist()
     again.restore(QString());
     QVERIFY(loaded.wait(30000));
     QVERIFY(run.count() == 1 || run.wait(30000));
+}
+
+namespace {
+
+// Every point of every graph lies inside the plot's axis ranges (not on their edges).
+QString pointOutside(QCustomPlot* plot)
+{
+    for (int i = 0; i < plot->graphCount(); ++i) {
+        QCPGraph* g = plot->graph(i);
+        const QCPRange x = g->keyAxis()->range(), y = g->valueAxis()->range();
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) {
+            if (!std::isfinite(it->value))
+                continue;
+            if (!(it->key > x.lower && it->key < x.upper && it->value > y.lower && it->value < y.upper))
+                return QString("%1: (%2, %3) outside x [%4, %5] y [%6, %7]")
+                    .arg(g->name())
+                    .arg(it->key)
+                    .arg(it->value)
+                    .arg(x.lower)
+                    .arg(x.upper)
+                    .arg(y.lower)
+                    .arg(y.upper);
+        }
+    }
+    return {};
+}
+
+EpochMetrics epochOf(int epoch, double train, double validation)
+{
+    EpochMetrics m;
+    m.epoch = epoch;
+    m.step = 10 * (epoch + 1);
+    m.trainLoss = train;
+    m.validationLoss = validation;
+    m.perplexity = std::exp(validation);
+    m.elapsedSeconds = epoch + 1;
+    return m;
+}
+
+} // namespace
+
+void TestUi::chartsKeepAllDataInView()
+{
+    // The curves: every point (the lowest perplexity, the first loss spike) is inside the axes;
+    // "ignore outliers" leaves the spike out of the y range while the rest stays in.
+    LivePlot plot;
+    plot.resize(800, 600);
+    plot.setStepsPerEpoch(10);
+    for (int s = 1; s <= 60; ++s) {
+        StepMetrics m;
+        m.step = s;
+        m.loss = s == 1 ? 40.0 : 3.0 - s * 0.02;
+        m.tokensPerSecond = 1000 + 10 * s;
+        m.elapsedSeconds = s * 0.1;
+        plot.addStep(m);
+    }
+    for (int e = 0; e < 6; ++e)
+        plot.addEpoch(epochOf(e, 3.0 - e * 0.2, 3.5 - e * 0.1));
+    QSignalSpy replotted(&plot, &LivePlot::replotted);
+    QVERIFY(replotted.wait(2000));
+    QVERIFY2(pointOutside(plot.lossPlot()).isEmpty(), qPrintable(pointOutside(plot.lossPlot())));
+    QVERIFY2(pointOutside(plot.speedPlot()).isEmpty(), qPrintable(pointOutside(plot.speedPlot())));
+    plot.setIgnoreOutliers(true);
+    QVERIFY(replotted.wait(2000));
+    const QCPRange y = plot.lossPlot()->yAxis->range();
+    QVERIFY2(y.upper < 40.0 && y.upper > 3.0, qPrintable(QString("%1 %2").arg(y.lower).arg(y.upper)));
+    plot.setIgnoreOutliers(false);
+    plot.setLogY(true);
+    QVERIFY(replotted.wait(2000));
+    QVERIFY2(pointOutside(plot.lossPlot()).isEmpty(), qPrintable(pointOutside(plot.lossPlot())));
+
+    // The gates chart holds the cell candidate's negative values; every chart of the last reply
+    // keeps its data in view.
+    auto* chat = m_window->chatView();
+    QSignalSpy replies(m_window->engine(), &EngineController::replyReady);
+    chat->ask("what does the forget gate do?");
+    QVERIFY(replies.wait(30000));
+    QVERIFY2(pointOutside(chat->handoffView()->gatesPlot()).isEmpty(),
+        qPrintable(pointOutside(chat->handoffView()->gatesPlot())));
+    QCOMPARE(chat->handoffView()->gatesPlot()->yAxis->range().lower, -1.08);
+
+    // The Compare charts (imported reports with races).
+    auto* compare = m_window->compareView();
+    compare->addReport("fast", fixtureReport("fast", "cpu", 0.5), false);
+    for (QCustomPlot* p : { compare->throughputChart(), compare->latencyChart(), compare->raceChart() })
+        QVERIFY2(pointOutside(p).isEmpty(), qPrintable(pointOutside(p)));
+}
+
+void TestUi::bestEpochMarkedAndOverfittingShown()
+{
+    LivePlot plot;
+    plot.resize(800, 600);
+    plot.show();
+    const double val[] = { 4.0, 3.5, 3.2, 3.3, 3.6 };
+    for (int e = 0; e < 5; ++e)
+        plot.addEpoch(epochOf(e, 5.0 - e, val[e]));
+    auto* note = plot.findChild<QLabel*>("overfittingNote");
+    QVERIFY(note);
+    QCOMPARE(plot.bestEpoch(), 3);
+    QVERIFY(note->isHidden()); // two epochs past the best: not yet
+    plot.addEpoch(epochOf(5, 0.5, 3.4));
+    QVERIFY(!note->isHidden());
+    QVERIFY2(note->text().contains("epoch 3") && note->text().contains("'best'"), qPrintable(note->text()));
+    QCOMPARE(plot.overfittingNote(), note->text());
+    QSignalSpy replotted(&plot, &LivePlot::replotted);
+    QVERIFY(replotted.wait(2000));
+    // The star sits on the best validation point.
+    QCPGraph* star = plot.lossPlot()->graph(4);
+    QCOMPARE(star->dataCount(), 1);
+    QCOMPARE(star->data()->begin()->value, 3.2);
+    QCOMPARE(star->data()->begin()->key, 30.0);
+    plot.clear();
+    QVERIFY(replotted.wait(2000));
+    QCOMPARE(plot.bestEpoch(), 0);
+}
+
+void TestUi::bestWeightsSelectableInChat()
+{
+    // Training with validation keeps the best weights; while it runs the form is locked; the chat
+    // pane offers them and loads them.
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    if (!m_window->corpusView()->isLoaded()) {
+        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
+        m_window->corpusView()->load(kCorpus);
+        QVERIFY(corpus.wait(30000));
+    }
+    TrainConfig cfg = smallConfig(12);
+    cfg.validationFraction = 0.2;
+    train->setConfig(cfg);
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    QSignalSpy started(engine, &EngineController::trainingStarted);
+    train->trainButton()->click();
+    QVERIFY(started.count() == 1 || started.wait(30000));
+    auto* form = m_window->findChild<QScrollArea*>("trainForm");
+    for (auto* spin : form->widget()->findChildren<QAbstractSpinBox*>())
+        QVERIFY2(!spin->isEnabled(), "the form is locked while training");
+    QVERIFY(!train->deviceBox()->isEnabled());
+    QVERIFY(finished.wait(120000));
+    for (auto* spin : form->widget()->findChildren<QAbstractSpinBox*>())
+        QVERIFY(spin->isEnabled());
+    const QString run = train->currentRun();
+    const BestWeights best = readBestWeights(run.toStdString());
+    QVERIFY(best.available);
+
+    QSignalSpy loaded(engine, &EngineController::runLoaded);
+    engine->loadRun(run);
+    QVERIFY(loaded.wait(30000));
+    auto* weights = m_window->chatView()->weightsBox();
+    QCOMPARE(weights->count(), 2);
+    QVERIFY(weights->isEnabled());
+    QVERIFY2(weights->itemText(1).contains(QString("epoch %1").arg(best.epoch)), qPrintable(weights->itemText(1)));
+    weights->setCurrentIndex(1);
+    Q_EMIT weights->activated(1);
+    QVERIFY(loaded.wait(30000));
+    const RunSummary r = loaded.last().at(0).value<RunSummary>();
+    QVERIFY(r.bestLoaded);
+    QCOMPARE(r.step, static_cast<qint64>(best.step));
+    QCOMPARE(weights->currentIndex(), 1);
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    m_window->chatView()->ask("hello");
+    QVERIFY(replies.wait(30000));
+    QCOMPARE(replies.last().at(0).value<ChatAnswer>().botStep, static_cast<qint64>(best.step));
+}
+
+void TestUi::compareSeparatesWorkloads()
+{
+    // A report on another corpus is another workload: its bars form their own cluster with no
+    // speed-up against the first corpus' bars, and the note says so.
+    CompareView compare(m_window->engine());
+    compare.resize(1280, 800);
+    BenchReport small = fixtureReport("bundled", "cpu", 1.0);
+    small.corpus = "chatbench";
+    small.corpusPairs = 318;
+    BenchReport large = fixtureReport("other corpus", "cpu", 30.0);
+    large.corpus = "other";
+    large.corpusPairs = 996;
+    compare.addReport("bundled", small, true);
+    compare.addReport("other corpus", large, false);
+    QCOMPARE(compare.workloadIds(), QStringList({ "W1", "W2" }));
+    auto speedUps = [&] {
+        QStringList out;
+        for (int i = 0; i < compare.epochChart()->itemCount(); ++i)
+            if (auto* t = qobject_cast<QCPItemText*>(compare.epochChart()->item(i)))
+                if (t->text().startsWith(QString::fromUtf8("×")))
+                    out << t->text();
+        return out;
+    };
+    QVERIFY2(speedUps().isEmpty(), qPrintable(speedUps().join(' '))); // one bar per cluster: nothing to compare
+    QVERIFY(compare.workloadNote()->text().contains("different workloads"));
+    QVERIFY(compare.workloadNote()->text().contains("other (996 pairs)"));
+    QVERIFY(compare.workloadNote()->text().contains("Only CPU rows"));
+    // The table names each row's workload.
+    QSet<QString> ids;
+    for (int r = 0; r < compare.table()->rowCount(); ++r)
+        ids << compare.table()->item(r, 1)->text();
+    QCOMPARE(ids, QSet<QString>({ "W1", "W2" }));
+    // A GPU report on the bundled corpus joins W1: now a speed-up, within W1 only.
+    BenchReport gpu = fixtureReport("gpu", "cuda:0", 0.25);
+    gpu.corpus = "chatbench";
+    gpu.corpusPairs = 318;
+    compare.addReport("gpu", gpu, false);
+    QCOMPARE(compare.workloadIds(), QStringList({ "W1", "W2", "W1" }));
+    QCOMPARE(speedUps(), QStringList({ QString::fromUtf8("×1.00"), QString::fromUtf8("×4.00") }));
+    QVERIFY(!compare.workloadNote()->text().contains("Only CPU rows"));
+
+    // The saved reports folder lists the reports in it (not other JSON); a double-click imports.
+    QTemporaryDir dir;
+    QDir(dir.path()).mkdir("peers");
+    testutil::writeFile(dir, "peers/gpu.json", QByteArray::fromStdString(toJson(gpu)));
+    testutil::writeFile(dir, "summary.json", "{\"not\": \"a report\"}");
+    compare.setReportsDir(dir.path());
+    QCOMPARE(compare.savedList()->count(), 1);
+    QVERIFY(compare.savedList()->item(0)->text().startsWith("peers/gpu.json"));
+    const int before = compare.sources().size();
+    Q_EMIT compare.savedList()->itemDoubleClicked(compare.savedList()->item(0));
+    QCOMPARE(compare.sources().size(), before + 1);
+}
+
+void TestUi::everyControlExplainsItself()
+{
+    // Every control a user can operate has a tooltip (with its shortcut where it has one).
+    QStringList missing;
+    for (QWidget* w : m_window->findChildren<QWidget*>()) {
+        const bool control = qobject_cast<QAbstractButton*>(w) || qobject_cast<QComboBox*>(w)
+            || qobject_cast<QAbstractSpinBox*>(w) || qobject_cast<QLineEdit*>(w) || qobject_cast<QSlider*>(w);
+        if (!control)
+            continue;
+        QWidget* parent = w->parentWidget();
+        // Parts of other widgets (a spin box's editor, a tab bar's scroll arrows, dialogs).
+        if (qobject_cast<QAbstractSpinBox*>(parent) || qobject_cast<QComboBox*>(parent)
+            || qobject_cast<QTabBar*>(parent) || qobject_cast<QAbstractScrollArea*>(parent)
+            || qobject_cast<QLineEdit*>(parent) || qobject_cast<QMenuBar*>(parent) || w->window() != m_window.get())
+            continue;
+        if (w->toolTip().isEmpty())
+            missing << QString("%1 \"%2\" in %3")
+                           .arg(w->metaObject()->className(),
+                               qobject_cast<QAbstractButton*>(w) ? qobject_cast<QAbstractButton*>(w)->text()
+                                                                 : w->objectName(),
+                               parent ? parent->metaObject()->className() : "");
+    }
+    QVERIFY2(missing.isEmpty(), qPrintable(missing.join("\n")));
+    auto* train = m_window->trainView();
+    QVERIFY(train->trainButton()->toolTip().contains("Ctrl+"));
+    QVERIFY(m_window->chatView()->breakSwitch()->toolTip().contains("Ctrl+B"));
+}
+
+void TestUi::guidedTourWalksTheTabs()
+{
+    // Help → Guided tour (F1) pages through the four tabs.
+    QAction* action = nullptr;
+    for (QAction* a : m_window->findChildren<QAction*>())
+        if (a->text().remove('&') == "Guided tour")
+            action = a;
+    QVERIFY(action);
+    QCOMPARE(action->shortcut(), QKeySequence(Qt::Key_F1));
+    action->trigger();
+    GuidedTour* tour = m_window->guidedTour();
+    QVERIFY(tour && tour->isVisible());
+    QCOMPARE(tour->page(), 0);
+    QList<int> tabs;
+    for (int p = 0; p < tour->pages(); ++p) {
+        tour->showPage(p);
+        tabs << m_window->tabs()->currentIndex();
+    }
+    QCOMPARE(tabs.first(), 0);
+    QCOMPARE(tabs.last(), 3);
+    for (int t = 0; t < 4; ++t)
+        QVERIFY2(tabs.contains(t), qPrintable(QString("no page for tab %1").arg(t)));
+    tour->showPage(99); // clamped
+    QCOMPARE(tour->page(), tour->pages() - 1);
+    tour->close();
 }
 
 QTEST_MAIN(TestUi)

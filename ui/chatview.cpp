@@ -5,7 +5,9 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFileInfo>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMouseEvent>
@@ -14,6 +16,7 @@
 #include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
 
@@ -74,7 +77,9 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
 
     m_input = new QLineEdit;
     m_input->setPlaceholderText(tr("Ask the bot something and press Enter"));
+    m_input->setToolTip(tr("Your message; Enter sends it"));
     m_send = new QPushButton(tr("Send"));
+    m_send->setToolTip(tr("Send the message (Enter)"));
     auto* inputBar = new QHBoxLayout;
     inputBar->addWidget(m_input, 1);
     inputBar->addWidget(m_send);
@@ -86,15 +91,19 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     m_beam->setRange(1, 32);
     m_beam->setValue(4);
     m_beam->setPrefix(tr("beam "));
+    m_beam->setToolTip(tr("Beam search: hypotheses kept per step"));
+    m_method->setToolTip(tr("How the next word is picked: greedy (most likely), beam search, or sampling"));
     m_temperature = new QDoubleSpinBox;
     m_temperature->setRange(0.05, 5);
     m_temperature->setSingleStep(0.1);
     m_temperature->setValue(1.0);
     m_temperature->setPrefix(tr("T "));
+    m_temperature->setToolTip(tr("Sampling temperature: below 1 sharper, above 1 more random"));
     m_topK = new QSpinBox;
     m_topK->setRange(0, 1000);
     m_topK->setPrefix(tr("top-k "));
     m_topK->setSpecialValueText(tr("top-k all"));
+    m_topK->setToolTip(tr("Sampling picks among the k most likely words (0: all)"));
     auto* opts = new QHBoxLayout;
     opts->addWidget(new QLabel(tr("decoding")));
     opts->addWidget(m_method);
@@ -104,11 +113,13 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     opts->addStretch();
 
     m_break = new QCheckBox(tr("Break the handoff"));
-    m_break->setToolTip(tr("Reproduce the seed's bug: the decoder does not get the encoder's state"));
+    m_break->setToolTip(tr("Reproduce the seed's bug: the decoder does not get the encoder's state (Ctrl+B)"));
     m_break->setShortcut(QKeySequence("Ctrl+B"));
     m_breakMode = new QComboBox;
     m_breakMode->addItem(tr("decoder starts from zeros"), static_cast<int>(HandoffMode::ZeroInit));
     m_breakMode->addItem(tr("state reset every step"), static_cast<int>(HandoffMode::ResetEachStep));
+    m_breakMode->setToolTip(tr("How the handoff is broken: the decoder starts from zeros instead of the encoder's "
+                               "(h, c), or its state is thrown away after every word"));
     m_probe = new QPushButton(tr("Diversity probe"));
     m_probe->setToolTip(tr("Ask a set of different questions and count the distinct replies (Ctrl+D)"));
     m_probe->setShortcut(QKeySequence("Ctrl+D"));
@@ -119,19 +130,44 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     bug->addWidget(m_breakMode);
     bug->addSpacing(12);
     bug->addWidget(m_probe);
-    bug->addWidget(m_probeLabel, 1);
+    auto* probeBar = new QHBoxLayout;
+    probeBar->addWidget(m_probeLabel, 1);
+    m_probeTable = new QTableWidget(0, 3);
+    m_probeTable->setObjectName("probeTable");
+    m_probeTable->setHorizontalHeaderLabels({ tr("question"), tr("handoff correct"), tr("handoff broken") });
+    m_probeTable->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_probeTable->verticalHeader()->hide();
+    m_probeTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_probeTable->setWordWrap(true);
+    m_probeTable->setMaximumHeight(200);
+    m_probeTable->setToolTip(tr("The probe's questions and the replies with the state handed over and without"));
+    m_probeTable->hide();
 
     m_botLabel = new QLabel(tr("No model yet: train one (Train tab) or double-click a run in the run history."));
     m_botLabel->setStyleSheet("color: #666;");
+    m_botLabel->setWordWrap(true);
+    m_weights = new QComboBox;
+    m_weights->setObjectName("weightsBox");
+    m_weights->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    m_weights->addItem(tr("latest checkpoint"));
+    m_weights->setToolTip(tr("Which weights of the open run answer: the latest checkpoint, or those kept at the "
+                             "lowest validation loss (before overfitting)"));
+    m_weights->setEnabled(false);
+    auto* botBar = new QHBoxLayout;
+    botBar->addWidget(m_botLabel, 1);
+    botBar->addWidget(new QLabel(tr("weights")));
+    botBar->addWidget(m_weights);
 
     auto* left = new QWidget;
     auto* leftLayout = new QVBoxLayout(left);
     leftLayout->setContentsMargins(0, 0, 0, 0);
-    leftLayout->addWidget(m_botLabel);
+    leftLayout->addLayout(botBar);
     leftLayout->addWidget(m_scroll, 1);
     leftLayout->addLayout(inputBar);
     leftLayout->addLayout(opts);
     leftLayout->addLayout(bug);
+    leftLayout->addLayout(probeBar);
+    leftLayout->addWidget(m_probeTable);
 
     m_handoff = new HandoffView;
     auto* split = new QSplitter;
@@ -163,12 +199,46 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
         addBubble(text, true, a.id, &a.reply.trace.checks);
         selectAnswer(a.id);
     });
+    connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
+        m_runDir = r.runDir;
+        const QSignalBlocker block(m_weights);
+        m_weights->clear();
+        m_weights->addItem(tr("latest checkpoint"));
+        if (r.best.available)
+            m_weights->addItem(
+                tr("best validation: epoch %1 (loss %2)").arg(r.best.epoch).arg(r.best.validationLoss, 0, 'f', 3));
+        m_weights->setCurrentIndex(r.bestLoaded && r.best.available ? 1 : 0);
+        m_weights->setEnabled(!m_engine->isTraining() && m_weights->count() > 1);
+        // Another model answers from here: what was said and probed before was said by the last one.
+        m_probeCorrect.clear();
+        m_probeBroken.clear();
+        m_probeWith = {};
+        m_probeWithout = {};
+        m_probeTable->hide();
+        m_probeLabel->setText(tr("probe: not run"));
+        m_probeLabel->setStyleSheet(QString());
+        addNote(tr("now chatting with %1 (%2, step %3)")
+                    .arg(QFileInfo(r.runDir).fileName(), r.bestLoaded ? tr("best weights") : tr("latest checkpoint"))
+                    .arg(r.step));
+    });
+    connect(m_weights, &QComboBox::activated, this, [this](int index) {
+        if (!m_runDir.isEmpty() && !m_engine->isTraining())
+            m_engine->loadRun(m_runDir, index == 1);
+    });
+    connect(m_engine, &EngineController::trainingStarted, this, [this] {
+        m_weights->setEnabled(false);
+        m_runDir.clear();
+    });
     connect(m_engine, &EngineController::probeDone, this, [this](const ProbeResult& r) {
         const QString line = tr("%1 distinct of %2").arg(r.distinct).arg(r.questions.size());
-        if (r.handoff == HandoffMode::Correct)
+        if (r.handoff == HandoffMode::Correct) {
             m_probeCorrect = line;
-        else
+            m_probeWith = r;
+        } else {
             m_probeBroken = line;
+            m_probeWithout = r;
+        }
+        showProbeTable();
         m_probeLabel->setText(tr("probe — handoff correct: %1 · broken: %2")
                                   .arg(m_probeCorrect.isEmpty() ? tr("not run") : m_probeCorrect,
                                       m_probeBroken.isEmpty() ? tr("not run") : m_probeBroken));
@@ -217,6 +287,48 @@ void ChatView::runProbe()
     m_probe->setEnabled(false);
     m_probeLabel->setText(tr("probing %1 questions…").arg(questions.size()));
     m_engine->probeDiversity(questions, decodeOptions());
+}
+
+void ChatView::showProbeTable()
+{
+    const ProbeResult& any = m_probeWith.questions.isEmpty() ? m_probeWithout : m_probeWith;
+    // Short headers (the columns are narrow); the whole story in their tooltips.
+    const bool zero = m_probeWithout.handoff == HandoffMode::ZeroInit;
+    const QString mode = m_probeWithout.questions.isEmpty() ? tr("broken")
+        : zero                                              ? tr("zero start")
+                                                            : tr("reset each step");
+    auto count = [](const ProbeResult& r) {
+        return r.questions.isEmpty() ? tr("not run") : tr("%1/%2 distinct").arg(r.distinct).arg(r.questions.size());
+    };
+    m_probeTable->setHorizontalHeaderLabels(
+        { tr("question"), tr("correct · %1").arg(count(m_probeWith)), tr("%1 · %2").arg(mode, count(m_probeWithout)) });
+    m_probeTable->horizontalHeaderItem(1)->setToolTip(
+        tr("Replies with the encoder's final (h, c) handed to the decoder and carried step to step"));
+    m_probeTable->horizontalHeaderItem(2)->setToolTip(m_probeWithout.questions.isEmpty()
+            ? tr("Tick Break the handoff and run the probe again")
+            : zero ? tr("Replies with the handoff broken: the decoder starts from zeros instead of the encoder's state")
+                   : tr("Replies with the handoff broken: the decoder's state is reset after every word"));
+    m_probeTable->setRowCount(static_cast<int>(any.questions.size()));
+    for (int i = 0; i < any.questions.size(); ++i) {
+        m_probeTable->setItem(i, 0, new QTableWidgetItem(any.questions[i]));
+        // Only results for the same questions line up.
+        const bool with = m_probeWith.questions == any.questions;
+        const bool without = m_probeWithout.questions == any.questions;
+        m_probeTable->setItem(i, 1, new QTableWidgetItem(with ? m_probeWith.replies.value(i) : QString()));
+        m_probeTable->setItem(i, 2, new QTableWidgetItem(without ? m_probeWithout.replies.value(i) : QString()));
+    }
+    m_probeTable->resizeRowsToContents();
+    m_probeTable->show();
+}
+
+void ChatView::addNote(const QString& text)
+{
+    auto* note = new QLabel(text);
+    note->setAlignment(Qt::AlignCenter);
+    note->setWordWrap(true);
+    note->setStyleSheet("QLabel { color: #777; font-style: italic; }");
+    m_messagesLayout->insertWidget(m_messagesLayout->count(), note);
+    m_followNewest = true;
 }
 
 void ChatView::selectAnswer(quint64 id)

@@ -16,6 +16,7 @@ class QLineEdit;
 class QPushButton;
 class QScrollArea;
 class QSpinBox;
+class QTableWidget;
 class QVBoxLayout;
 
 class ChatView : public QWidget {
@@ -36,6 +37,10 @@ public:
     QComboBox* breakMode() const { return m_breakMode; }
     QLabel* probeLabel() const { return m_probeLabel; }
     QPushButton* probeButton() const { return m_probe; }
+    // The probe's questions with the reply under the correct handoff and under the broken one.
+    QTableWidget* probeTable() const { return m_probeTable; }
+    // Which weights of the open run answer: 0 the latest checkpoint, 1 the best-validation ones.
+    QComboBox* weightsBox() const { return m_weights; }
     int botMessages() const { return m_answers.size(); }
 
 public Q_SLOTS:
@@ -46,6 +51,8 @@ public Q_SLOTS:
 
 private:
     void addBubble(const QString& text, bool bot, quint64 id, const chatbench::TraceChecks* checks = nullptr);
+    void addNote(const QString& text); // a centred line between messages (another model answers from here)
+    void showProbeTable();
 
     EngineController* m_engine;
     QScrollArea* m_scroll = nullptr;
@@ -62,10 +69,15 @@ private:
     QComboBox* m_breakMode = nullptr;
     QPushButton* m_probe = nullptr;
     QLabel* m_probeLabel = nullptr;
+    QTableWidget* m_probeTable = nullptr;
+    QComboBox* m_weights = nullptr;
+    QString m_runDir; // the run open for chat (empty while chatting with training snapshots)
     QLabel* m_botLabel = nullptr;
     HandoffView* m_handoff = nullptr;
     QMap<quint64, ChatAnswer> m_answers;
     QStringList m_probeQuestions;
     QString m_probeCorrect;
     QString m_probeBroken;
+    ProbeResult m_probeWith; // the last probe with the correct handoff
+    ProbeResult m_probeWithout; // the last probe with a broken one
 };

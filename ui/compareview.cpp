@@ -2,11 +2,13 @@
 
 #include "chatbench/error.h"
 #include "enginecontroller.h"
+#include "plotaxes.h"
 #include "qcp.h"
 
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
+#include <QDirIterator>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -23,6 +25,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableWidget>
@@ -46,25 +49,25 @@ QColor colour(int i)
 QCustomPlot* makeChart(const QString& title, const QString& x, const QString& y)
 {
     auto* p = new QCustomPlot;
-    p->setMinimumSize(320, 220);
+    p->setMinimumSize(320, 300); // below this the legend leaves no room for the data: the charts scroll
     p->plotLayout()->insertRow(0);
     auto* t = new QCPTextElement(p, title, QFont(p->font().family(), 9, QFont::Bold));
     p->plotLayout()->addElement(0, 0, t);
     p->xAxis->setLabel(x);
     p->yAxis->setLabel(y);
-    p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 7));
+    plotaxes::legendAbove(p, 2, 200);
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     return p;
 }
 
-QString groupName(const CompareView::Source& s, const BenchRow& r)
+QString groupName(const QString& workload, const CompareView::Source& s, const BenchRow& r)
 {
     QString g = QString("%1 %2").arg(
         QString::fromStdString(r.device), QString::fromStdString(benchPrecisionName(r.precision)));
     if (r.threads > 0 && r.device == "cpu")
         g += QString(" %1t").arg(r.threads);
-    return s.label + " · " + g;
+    return workload + " · " + s.label + " · " + g;
 }
 
 QList<int> parseInts(const QString& text, bool* ok)
@@ -102,6 +105,8 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
         auto* b = new QCheckBox(p);
         b->setObjectName(p);
         b->setChecked(name == benchPrecisionName(BenchPrecision::FP32));
+        b->setToolTip(
+            name == "tf32" ? tr("Time in TF32 (CUDA only: fp32 storage, tensor-core maths)") : tr("Time in %1").arg(p));
         m_precisionBoxes << b;
         precisions->addWidget(b);
     }
@@ -121,6 +126,7 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     m_repeats = new QSpinBox;
     m_repeats->setRange(1, 100);
     m_repeats->setValue(5);
+    m_repeats->setToolTip(tr("Timed repetitions per measurement: the charts show their median and p10–p90"));
     form->addRow(tr("Repetitions"), m_repeats);
     m_raceEpochs = new QSpinBox;
     m_raceEpochs->setRange(0, 1000);
@@ -128,7 +134,9 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     m_raceEpochs->setToolTip(tr("Train the same configuration this many epochs on each device (0: no race)"));
     form->addRow(tr("Race epochs"), m_raceEpochs);
     m_run = new QPushButton(tr("Run benchmark"));
+    m_run->setToolTip(tr("Time training and replies on the ticked devices and precisions, in the background"));
     m_cancel = new QPushButton(tr("Cancel"));
+    m_cancel->setToolTip(tr("Stop the benchmark after the current measurement"));
     m_cancel->setEnabled(false);
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_run);
@@ -144,18 +152,31 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
 
     auto* reportsBox = new QGroupBox(tr("Reports"));
     auto* reportsLayout = new QVBoxLayout(reportsBox);
+    reportsLayout->addWidget(new QLabel(tr("Compared:")));
     m_reports = new QListWidget;
-    reportsLayout->addWidget(m_reports);
+    m_reports->setToolTip(tr("The reports in the charts; select one to export or remove it"));
+    reportsLayout->addWidget(m_reports, 1);
+    auto* savedLabel = new QLabel(tr("Saved in the project (double-click to add):"));
+    reportsLayout->addWidget(savedLabel);
+    m_saved = new QListWidget;
+    m_saved->setObjectName("savedReports");
+    m_saved->setToolTip(tr("Reports saved in bench/reports, from this and other machines"));
+    reportsLayout->addWidget(m_saved, 1);
     auto* importButton = new QPushButton(tr("Import…"));
+    importButton->setToolTip(tr("Add a report file made by `chatbench-cli bench --out` on any machine"));
     auto* exportButton = new QPushButton(tr("Export…"));
+    exportButton->setToolTip(tr("Save the selected report (or the last local one) as JSON"));
     auto* removeButton = new QPushButton(tr("Remove"));
+    removeButton->setToolTip(tr("Take the selected report out of the charts"));
     auto* reportButtons = new QHBoxLayout;
     reportButtons->addWidget(importButton);
     reportButtons->addWidget(exportButton);
     reportButtons->addWidget(removeButton);
     reportsLayout->addLayout(reportButtons);
     auto* chartsPng = new QPushButton(tr("Charts → PNG"));
+    chartsPng->setToolTip(tr("Save the four charts as one PNG image"));
     auto* chartsPdf = new QPushButton(tr("Charts → PDF"));
+    chartsPdf->setToolTip(tr("Save the four charts as a PDF page"));
     auto* chartButtons = new QHBoxLayout;
     chartButtons->addWidget(chartsPng);
     chartButtons->addWidget(chartsPdf);
@@ -175,37 +196,57 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(340);
 
-    m_epoch
-        = makeChart(tr("Epoch time (median, p10–p90) — speed-up vs the slowest"), QString(), tr("seconds per epoch"));
-    m_throughput = makeChart(tr("Training throughput vs batch size"), tr("batch size"), tr("tokens/s (train step)"));
+    // Short titles (they do not wrap); the whole story in the tooltips.
+    m_epoch = makeChart(tr("Epoch time"), QString(), tr("seconds per epoch"));
+    m_epoch->setToolTip(tr("Median time of one training epoch, with p10–p90 whiskers; × is the speed-up against the "
+                           "slowest bar of the same workload and batch"));
+    m_throughput = makeChart(tr("Training throughput"), tr("batch size"), tr("tokens/s (train step)"));
+    m_throughput->setToolTip(tr("Target tokens per second of one training step, against the batch size"));
     m_throughput->xAxis->setScaleType(QCPAxis::stLogarithmic);
     QSharedPointer<QCPAxisTickerLog> log2(new QCPAxisTickerLog);
     log2->setLogBase(2);
     m_throughput->xAxis->setTicker(log2);
-    m_throughput->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
-    m_latency = makeChart(tr("Real time: batch-1 reply latency vs batch-N reply throughput"),
-        tr("batch-1 reply latency (ms)"), tr("best reply throughput (tokens/s)"));
-    m_race = makeChart(
-        tr("Race: the same configuration trained on each device"), tr("wall-clock seconds"), tr("training loss"));
+    m_latency = makeChart(
+        tr("Replies: latency vs throughput"), tr("batch-1 reply latency (ms)"), tr("best reply throughput (tokens/s)"));
+    m_latency->setToolTip(tr("Real time: how long one reply takes alone (left is better) against the most reply "
+                             "tokens per second in a batch (up is better)"));
+    m_race = makeChart(tr("Race: loss against time"), tr("wall-clock seconds"), tr("training loss"));
+    m_race->setToolTip(tr("The same configuration trained on each device: who gets to a low loss first"));
+    m_workloads = new QLabel;
+    m_workloads->setObjectName("workloadNote");
+    m_workloads->setWordWrap(true);
+    m_workloads->setTextFormat(Qt::RichText);
+    QFont small = m_workloads->font();
+    small.setPointSizeF(small.pointSizeF() * 0.9);
+    m_workloads->setFont(small);
+    m_workloads->hide();
     m_charts = new QWidget;
     auto* grid = new QGridLayout(m_charts);
     grid->setContentsMargins(0, 0, 0, 0);
-    grid->addWidget(m_epoch, 0, 0);
-    grid->addWidget(m_throughput, 0, 1);
-    grid->addWidget(m_latency, 1, 0);
-    grid->addWidget(m_race, 1, 1);
+    grid->addWidget(m_workloads, 0, 0, 1, 2);
+    grid->addWidget(m_epoch, 1, 0);
+    grid->addWidget(m_throughput, 1, 1);
+    grid->addWidget(m_latency, 2, 0);
+    grid->addWidget(m_race, 2, 1);
+    grid->setRowStretch(1, 1);
+    grid->setRowStretch(2, 1);
 
     m_table = new QTableWidget;
-    m_table->setColumnCount(12);
-    m_table->setHorizontalHeaderLabels({ tr("report"), tr("device"), tr("prec"), tr("threads"), tr("batch"), tr("unit"),
-        tr("median ms"), tr("tokens/s"), tr("GFLOP/s"), tr("% GEMM"), tr("peak MiB"), tr("energy J") });
+    m_table->setColumnCount(13);
+    m_table->setHorizontalHeaderLabels(
+        { tr("report"), tr("workload"), tr("device"), tr("prec"), tr("threads"), tr("batch"), tr("unit"),
+            tr("median ms"), tr("tokens/s"), tr("GFLOP/s"), tr("% GEMM"), tr("peak MiB"), tr("energy J") });
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->verticalHeader()->hide();
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->setSortingEnabled(true);
 
+    auto* chartsScroll = new QScrollArea;
+    chartsScroll->setWidget(m_charts);
+    chartsScroll->setWidgetResizable(true);
+    chartsScroll->setFrameShape(QFrame::NoFrame);
     auto* split = new QSplitter(Qt::Vertical);
-    split->addWidget(m_charts);
+    split->addWidget(chartsScroll);
     split->addWidget(m_table);
     split->setStretchFactor(0, 4);
     split->setStretchFactor(1, 1);
@@ -218,7 +259,7 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     connect(m_cancel, &QPushButton::clicked, m_engine, &EngineController::stop);
     connect(importButton, &QPushButton::clicked, this, [this] {
         const QStringList files
-            = QFileDialog::getOpenFileNames(this, tr("Import benchmark reports"), QString(), tr("Reports (*.json)"));
+            = QFileDialog::getOpenFileNames(this, tr("Import benchmark reports"), m_reportsDir, tr("Reports (*.json)"));
         for (const QString& f : files)
             importReport(f);
     });
@@ -245,6 +286,8 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
                     exportCharts(path) ? tr("charts written to %1").arg(path) : tr("could not write %1").arg(path));
         });
     }
+    connect(m_saved, &QListWidget::itemDoubleClicked, this,
+        [this](QListWidgetItem* item) { importReport(item->data(Qt::UserRole).toString()); });
     connect(m_engine, &EngineController::devicesReady, this, &CompareView::fillDevices);
     // The run open for chat can be timed at its own sizes (the timings depend on sizes, not weights).
     connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
@@ -300,6 +343,7 @@ void CompareView::fillDevices()
     for (const auto& d : m_engine->devices()) {
         auto* b = new QCheckBox(QString("%1 — %2").arg(QString::fromStdString(d.id), QString::fromStdString(d.name)));
         b->setProperty("device", QString::fromStdString(d.id));
+        b->setToolTip(tr("Benchmark on %1").arg(QString::fromStdString(d.id)));
         b->setChecked(true);
         cuda = cuda || d.id != "cpu";
         m_deviceBoxes << b;
@@ -346,6 +390,34 @@ BenchConfig CompareView::config() const
     c.repeats = m_repeats->value();
     c.raceEpochs = m_raceEpochs->value();
     return c;
+}
+
+void CompareView::setReportsDir(const QString& dir)
+{
+    m_reportsDir = dir;
+    m_saved->clear();
+    if (dir.isEmpty())
+        return;
+    QStringList files;
+    QDirIterator it(dir, { "*.json" }, QDir::Files, QDirIterator::Subdirectories);
+    while (it.hasNext())
+        files << it.next();
+    files.sort();
+    for (const QString& path : files) {
+        // Only files that read as reports (a folder may hold summaries and other JSON too).
+        QFile f(path);
+        if (!f.open(QIODevice::ReadOnly))
+            continue;
+        try {
+            const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
+            auto* item = new QListWidgetItem(
+                QString("%1 — %2").arg(QDir(dir).relativeFilePath(path), QString::fromStdString(r.label)), m_saved);
+            item->setData(Qt::UserRole, path);
+            item->setToolTip(QString::fromStdString(describeWorkload(r, 0)));
+        } catch (const Error&) {
+            continue;
+        }
+    }
 }
 
 void CompareView::setBatchSizes(const QString& list)
@@ -455,11 +527,65 @@ bool CompareView::exportCharts(const QString& path)
 
 void CompareView::refresh()
 {
+    // Workloads: reports of the same corpus and model share an id; only their rows are compared
+    // as ratios (speed-ups within one workload and batch).
+    QList<int> workloadOf; // by source index
+    QList<const BenchReport*> workloads; // a representative report per workload
+    for (const auto& s : m_sources) {
+        int w = -1;
+        for (int i = 0; i < workloads.size() && w < 0; ++i)
+            if (sameWorkload(*workloads[i], 0, s.report, 0))
+                w = i;
+        if (w < 0) {
+            w = static_cast<int>(workloads.size());
+            workloads << &s.report;
+        }
+        workloadOf << w;
+    }
+    m_workloadIds.clear();
+    for (int w : workloadOf)
+        m_workloadIds << QString("W%1").arg(w + 1);
+    auto wid = [&](int source) { return m_workloadIds.value(source); };
+
     // Reports list.
     m_reports->clear();
+    for (int i = 0; i < m_sources.size(); ++i) {
+        const auto& s = m_sources[i];
+        auto* item = new QListWidgetItem(QString("%1%2 — %3 — %4 timings")
+                                             .arg(s.label, s.local ? tr(" (local)") : QString(), wid(i))
+                                             .arg(s.report.rows.size()),
+            m_reports);
+        item->setToolTip(QString::fromStdString(describeWorkload(s.report, 0)));
+    }
+
+    // What is compared with what, and the one-device hint.
+    QStringList lines;
+    for (int w = 0; w < workloads.size(); ++w) {
+        QStringList names;
+        for (int i = 0; i < m_sources.size(); ++i)
+            if (workloadOf[i] == w)
+                names << m_sources[i].label.toHtmlEscaped();
+        lines << tr("<b>W%1</b> = %2 — %3")
+                     .arg(w + 1)
+                     .arg(QString::fromStdString(describeWorkload(*workloads[w], 0)).toHtmlEscaped(), names.join(", "));
+    }
+    bool otherDevice = false;
     for (const auto& s : m_sources)
-        m_reports->addItem(
-            QString("%1%2 — %3 timings").arg(s.label, s.local ? tr(" (local)") : QString()).arg(s.report.rows.size()));
+        for (const auto& x : s.report.rows)
+            otherDevice = otherDevice || x.device != "cpu";
+    QString note = lines.join("<br>");
+    if (workloads.size() > 1)
+        note += tr("<br>These reports timed <b>different workloads</b>: speed-ups (×) compare bars of the same "
+                   "workload and batch only, and lines of different workloads are not comparable.");
+    if (!m_sources.isEmpty() && !otherDevice)
+        note += tr("<br>Only CPU rows so far. For CPU against GPU, run <tt>chatbench-cli bench --device cuda:0 "
+                   "--precision fp32,tf32,bf16,fp16 --out gpu.json</tt> on a machine with a CUDA GPU (on the "
+                   "same corpus and preset) and import the report here.");
+    m_workloads->setText(note);
+    m_workloads->setVisible(!note.isEmpty());
+    m_workloads->setStyleSheet(workloads.size() > 1
+            ? "QLabel { background: #fff4d6; color: #6b4a00; border: 1px solid #e6c97a; padding: 4px; }"
+            : "QLabel { background: #f3f6fb; color: #333; border: 1px solid #cfd6e3; padding: 4px; }");
 
     // Table.
     m_table->setSortingEnabled(false);
@@ -468,77 +594,114 @@ void CompareView::refresh()
         rows += static_cast<int>(s.report.rows.size());
     m_table->setRowCount(rows);
     int r = 0;
-    for (const auto& s : m_sources) {
+    for (int si = 0; si < m_sources.size(); ++si) {
+        const auto& s = m_sources[si];
         for (const auto& x : s.report.rows) {
             auto num = [](double v, int digits) {
                 auto* item = new QTableWidgetItem;
                 item->setData(Qt::DisplayRole, QString::number(v, 'f', digits).toDouble());
                 return item;
             };
+            auto* workload = new QTableWidgetItem(wid(si));
+            workload->setToolTip(QString::fromStdString(describeWorkload(s.report, x.batch)));
             m_table->setItem(r, 0, new QTableWidgetItem(s.label));
-            m_table->setItem(r, 1, new QTableWidgetItem(QString::fromStdString(x.device)));
-            m_table->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(benchPrecisionName(x.precision))));
-            m_table->setItem(r, 3, num(x.threads, 0));
-            m_table->setItem(r, 4, num(x.batch, 0));
-            m_table->setItem(r, 5, new QTableWidgetItem(QString::fromStdString(benchUnitName(x.unit))));
-            m_table->setItem(r, 6, num(1e3 * x.time.median, 3));
-            m_table->setItem(r, 7, num(x.tokensPerSecond, 0));
-            m_table->setItem(r, 8, num(x.gflops, 2));
-            m_table->setItem(r, 9, num(100 * x.gemmFraction, 1));
-            m_table->setItem(r, 10, num(static_cast<double>(x.peakMemoryBytes) / (1 << 20), 0));
-            m_table->setItem(r, 11, x.energyJoules >= 0 ? num(x.energyJoules, 3) : new QTableWidgetItem(tr("n/a")));
+            m_table->setItem(r, 1, workload);
+            m_table->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(x.device)));
+            m_table->setItem(r, 3, new QTableWidgetItem(QString::fromStdString(benchPrecisionName(x.precision))));
+            m_table->setItem(r, 4, num(x.threads, 0));
+            m_table->setItem(r, 5, num(x.batch, 0));
+            m_table->setItem(r, 6, new QTableWidgetItem(QString::fromStdString(benchUnitName(x.unit))));
+            m_table->setItem(r, 7, num(1e3 * x.time.median, 3));
+            m_table->setItem(r, 8, num(x.tokensPerSecond, 0));
+            m_table->setItem(r, 9, num(x.gflops, 2));
+            m_table->setItem(r, 10, num(100 * x.gemmFraction, 1));
+            m_table->setItem(r, 11, num(static_cast<double>(x.peakMemoryBytes) / (1 << 20), 0));
+            m_table->setItem(r, 12, x.energyJoules >= 0 ? num(x.energyJoules, 3) : new QTableWidgetItem(tr("n/a")));
             ++r;
         }
     }
     m_table->setSortingEnabled(true);
 
-    // 1. Epoch time bars with p10–p90 and speed-ups against the slowest.
+    // 1. Epoch time bars with p10–p90, clustered by workload and batch; the speed-up of each bar
+    // is against the slowest bar of its own cluster.
     m_epoch->clearPlottables();
     m_epoch->clearItems();
-    QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
-    double slowest = 0;
-    for (const auto& s : m_sources)
-        for (const auto& x : s.report.rows)
-            if (x.unit == BenchUnit::Epoch)
-                slowest = std::max(slowest, x.time.median);
-    int pos = 0, si = 0;
-    for (const auto& s : m_sources) {
-        auto* bars = new QCPBars(m_epoch->xAxis, m_epoch->yAxis);
-        bars->setName(s.label);
-        bars->setBrush(colour(si));
-        bars->setPen(Qt::NoPen);
-        bars->setWidth(0.7);
-        auto* err = new QCPErrorBars(m_epoch->xAxis, m_epoch->yAxis);
-        err->removeFromLegend();
-        err->setDataPlottable(bars);
-        QVector<double> keys, values, lo, hi;
-        for (const auto& x : s.report.rows) {
+    struct Bar {
+        int source;
+        const BenchRow* row;
+    };
+    struct Cluster {
+        int workload;
+        int batch;
+        std::vector<Bar> bars;
+    };
+    std::vector<Cluster> clusters;
+    for (int si = 0; si < m_sources.size(); ++si)
+        for (const auto& x : m_sources[si].report.rows) {
             if (x.unit != BenchUnit::Epoch)
                 continue;
-            keys << pos;
-            values << x.time.median;
-            lo << x.time.median - x.time.p10;
-            hi << x.time.p90 - x.time.median;
+            auto it = std::find_if(clusters.begin(), clusters.end(),
+                [&](const Cluster& c) { return c.workload == workloadOf[si] && c.batch == x.batch; });
+            if (it == clusters.end())
+                it = clusters.insert(clusters.end(), Cluster { workloadOf[si], x.batch, {} });
+            it->bars.push_back({ si, &x });
+        }
+    QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
+    std::map<int, QVector<double>> barKeys, barData, errLo, errHi; // by source
+    double pos = 0, top = 0;
+    for (const Cluster& c : clusters) {
+        double slowest = 0;
+        for (const Bar& b : c.bars)
+            slowest = std::max(slowest, b.row->time.median);
+        const double first = pos;
+        for (const Bar& b : c.bars) {
+            const BenchRow& x = *b.row;
+            barKeys[b.source] << pos;
+            barData[b.source] << x.time.median;
+            errLo[b.source] << x.time.median - x.time.p10;
+            errHi[b.source] << x.time.p90 - x.time.median;
             QString tick = QString("%1 %2").arg(
                 QString::fromStdString(x.device), QString::fromStdString(benchPrecisionName(x.precision)));
             if (x.device == "cpu" && x.threads > 0)
-                tick += QString("\n%1 threads").arg(x.threads);
+                tick += QString("\n%1t").arg(x.threads);
             ticks->addTick(pos, tick);
-            auto* label = new QCPItemText(m_epoch);
-            label->position->setCoords(pos, x.time.p90);
-            label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
-            label->setText(QString::fromUtf8("×%1").arg(slowest / x.time.median, 0, 'f', 2));
-            label->setFont(QFont(font().family(), 8, QFont::Bold));
-            ++pos;
+            if (c.bars.size() > 1) {
+                auto* label = new QCPItemText(m_epoch);
+                label->position->setCoords(pos, x.time.p90);
+                label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+                label->setText(QString::fromUtf8("×%1").arg(slowest / x.time.median, 0, 'f', 2));
+                label->setFont(QFont(font().family(), 8, QFont::Bold));
+            }
+            top = std::max(top, x.time.p90);
+            pos += 1;
         }
-        bars->setData(keys, values);
-        err->setData(lo, hi);
-        ++si;
+        auto* name = new QCPItemText(m_epoch);
+        name->setClipToAxisRect(true);
+        name->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        name->position->setCoords((first + pos - 1) / 2, 0.02);
+        name->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+        name->setText(tr("W%1, batch %2").arg(c.workload + 1).arg(c.batch));
+        name->setFont(QFont(font().family(), 8));
+        name->setColor(QColor(90, 90, 90));
+        pos += 0.6; // a gap between clusters
+    }
+    for (const auto& [si, keys] : barKeys) {
+        auto* bars = new QCPBars(m_epoch->xAxis, m_epoch->yAxis);
+        bars->setName(m_sources[si].label + " (" + wid(si) + ")");
+        bars->setBrush(colour(si));
+        bars->setPen(Qt::NoPen);
+        bars->setWidth(0.7);
+        bars->setData(keys, barData[si]);
+        auto* err = new QCPErrorBars(m_epoch->xAxis, m_epoch->yAxis);
+        err->removeFromLegend();
+        err->setDataPlottable(bars);
+        err->setData(errLo[si], errHi[si]);
     }
     m_epoch->xAxis->setTicker(ticks);
-    m_epoch->xAxis->setRange(-0.7, std::max(1, pos) - 0.3);
-    // Head room above the bars for the speed-up labels and the legend.
-    m_epoch->yAxis->setRange(0, slowest > 0 ? slowest * 1.7 : 1);
+    m_epoch->xAxis->setTickLabelFont(QFont(font().family(), 7)); // many bars share a narrow chart
+    m_epoch->xAxis->setRange(-0.7, std::max(1.0, pos - 0.6) - 0.3);
+    // Head room above the bars for the speed-up labels, and below for the cluster names.
+    m_epoch->yAxis->setRange(top > 0 ? -top * 0.12 : 0, top > 0 ? top * 1.25 : 1);
     m_epoch->replot();
 
     // 2. Training tokens/s against batch size, one line per report/device/precision/threads.
@@ -547,11 +710,12 @@ void CompareView::refresh()
     m_latency->clearGraphs();
     m_latency->clearItems();
     int gi = 0;
-    double maxLatency = 0, maxThroughput = 0;
-    for (const auto& s : m_sources) {
+    QVector<double> tpX, tpY, latX, latY;
+    for (int si = 0; si < m_sources.size(); ++si) {
+        const auto& s = m_sources[si];
         std::map<QString, std::vector<const BenchRow*>> groups;
         for (const auto& x : s.report.rows)
-            groups[groupName(s, x)].push_back(&x);
+            groups[groupName(wid(si), s, x)].push_back(&x);
         for (const auto& [name, rowsOf] : groups) {
             QVector<double> bx, by;
             double latency = -1, best = 0;
@@ -571,6 +735,8 @@ void CompareView::refresh()
                 g->setPen(QPen(colour(gi), 2));
                 g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
                 g->setData(bx, by);
+                tpX << bx;
+                tpY << by;
             }
             if (latency > 0) {
                 auto* g = m_latency->addGraph();
@@ -578,44 +744,51 @@ void CompareView::refresh()
                 g->setLineStyle(QCPGraph::lsNone);
                 g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QPen(colour(gi)), QBrush(colour(gi)), 10));
                 g->setData(QVector<double> { latency }, QVector<double> { best });
-                maxLatency = std::max(maxLatency, latency);
-                maxThroughput = std::max(maxThroughput, best);
+                latX << latency;
+                latY << best;
             }
             ++gi;
         }
     }
-    m_throughput->rescaleAxes();
-    if (m_throughput->graphCount() > 0) {
-        m_throughput->xAxis->setRange(
-            m_throughput->xAxis->range().lower / 1.5, m_throughput->xAxis->range().upper * 1.5);
-        m_throughput->yAxis->setRange(0, m_throughput->yAxis->range().upper * 1.15);
-    }
+    // Times and rates start at 0 (all data is positive); the far end gets a margin.
+    plotaxes::fit(m_throughput->xAxis, plotaxes::span(tpX, false, /*positiveOnly=*/true), 0.1);
+    plotaxes::fit(m_throughput->yAxis, plotaxes::merge(plotaxes::span(tpY), { 0, 0, true }));
+    m_throughput->yAxis->setRangeLower(0);
     m_throughput->replot();
-    m_latency->xAxis->setRange(0, maxLatency > 0 ? maxLatency * 1.3 : 1);
-    m_latency->yAxis->setRange(0, maxThroughput > 0 ? maxThroughput * 1.9 : 1); // the legend sits above the points
+    plotaxes::fit(m_latency->xAxis, plotaxes::merge(plotaxes::span(latX), { 0, 0, true }), 0.1);
+    plotaxes::fit(m_latency->yAxis, plotaxes::merge(plotaxes::span(latY), { 0, 0, true }), 0.1);
+    m_latency->xAxis->setRangeLower(0);
+    m_latency->yAxis->setRangeLower(0);
     m_latency->replot();
 
     // 4. The race.
     m_race->clearGraphs();
     int ri = 0;
-    for (const auto& s : m_sources) {
+    QVector<double> raceX, raceY;
+    for (int si = 0; si < m_sources.size(); ++si) {
+        const auto& s = m_sources[si];
         for (const auto& c : s.report.races) {
             QVector<double> x, y;
             for (const auto& p : c.points) {
+                if (!std::isfinite(p.seconds) || !std::isfinite(p.loss))
+                    continue;
                 x << p.seconds;
                 y << p.loss;
             }
             if (y.isEmpty())
                 continue;
             auto* g = m_race->addGraph();
-            g->setName(s.label + " · " + QString::fromStdString(c.device + " " + benchPrecisionName(c.precision)));
+            g->setName(wid(si) + " · " + s.label + " · "
+                + QString::fromStdString(c.device + " " + benchPrecisionName(c.precision)));
             g->setPen(QPen(colour(ri++), 2));
             g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
             g->setData(x, y);
+            raceX << x;
+            raceY << y;
         }
     }
-    m_race->rescaleAxes();
-    if (m_race->graphCount() > 0)
-        m_race->xAxis->setRangeLower(0);
+    plotaxes::fit(m_race->xAxis, plotaxes::merge(plotaxes::span(raceX), { 0, 0, true }), 0.03);
+    m_race->xAxis->setRangeLower(0);
+    plotaxes::fit(m_race->yAxis, plotaxes::span(raceY));
     m_race->replot();
 }

@@ -42,6 +42,16 @@ public:
     bool exportReport(const QString& path) const;
     bool exportCharts(const QString& path); // .png or .pdf
     void addReport(const QString& label, const chatbench::BenchReport& report, bool local);
+    // The folder of saved reports (the project's bench/reports): listed in the Reports panel and
+    // where the Import dialog opens.
+    void setReportsDir(const QString& dir);
+    QString reportsDir() const { return m_reportsDir; }
+    QListWidget* savedList() const { return m_saved; } // the reports found there; double-click imports
+    // What the charts compare: one line per workload and the one-device hint (empty when none).
+    QLabel* workloadNote() const { return m_workloads; }
+    // The workload id ("W1", …) of every report, by source index; reports of the same corpus and
+    // model share one.
+    QStringList workloadIds() const { return m_workloadIds; }
 
     const QList<Source>& sources() const { return m_sources; }
     QCustomPlot* epochChart() const { return m_epoch; }
@@ -87,4 +97,8 @@ private:
     QCustomPlot* m_race = nullptr;
     QTableWidget* m_table = nullptr;
     QList<Source> m_sources;
+    QStringList m_workloadIds;
+    QString m_reportsDir;
+    QListWidget* m_saved = nullptr;
+    QLabel* m_workloads = nullptr;
 };

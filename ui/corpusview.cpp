@@ -73,11 +73,16 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     openFileButton->setToolTip(tr("Open a corpus file (Ctrl+O); you can also drop files or folders here"));
     auto* openFolderButton = new QPushButton(tr("Open folder…"));
     openFolderButton->setShortcut(QKeySequence("Ctrl+Shift+O"));
+    openFolderButton->setToolTip(tr("Open a folder of corpus files, e.g. the chatterbot corpus (Ctrl+Shift+O)"));
     auto* reload = new QPushButton(tr("Reload"));
+    reload->setToolTip(tr("Load the corpus again with the options on this bar"));
     m_format = new QComboBox;
     for (const std::string& name : formatNames())
         m_format->addItem(QString::fromStdString(name), static_cast<int>(*parseFormat(name)));
+    m_format->setToolTip(tr("The file format: auto (told by the extension and content), TSV, CSV, JSON lines, "
+                            "chatterbot YAML, …"));
     m_latin1 = new QCheckBox(tr("Latin-1"));
+    m_latin1->setToolTip(tr("Read the files as Latin-1 instead of UTF-8"));
     m_pairing = new QComboBox;
     m_pairing->addItem(tr("consecutive turns"), static_cast<int>(Pairing::Consecutive));
     m_pairing->addItem(tr("first turn → rest"), static_cast<int>(Pairing::FirstRest));
@@ -91,6 +96,9 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_minFreq = new QSpinBox;
     m_minFreq->setRange(1, 1000);
     m_minFreq->setPrefix(tr("min freq "));
+    m_minFreq->setToolTip(tr("Words seen fewer times than this in the training pairs become <unk>"));
+    m_mode->setToolTip(tr("How text is split into words: as Keras' Tokenizer does (punctuation dropped), or "
+                          "keeping punctuation as words"));
     auto* bar = new QHBoxLayout;
     bar->addWidget(openFileButton);
     bar->addWidget(openFolderButton);
@@ -170,6 +178,7 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_filter = new QLineEdit;
     m_filter->setPlaceholderText(tr("Filter pairs…"));
     m_filter->setClearButtonEnabled(true);
+    m_filter->setToolTip(tr("Show only the pairs containing this text"));
     m_model = new PairTableModel(this);
     m_proxy = new QSortFilterProxyModel(this);
     m_proxy->setSourceModel(m_model);

@@ -101,15 +101,19 @@ public:
         });
     }
 
-    void loadRun(const QString& runDir)
+    void loadRun(const QString& runDir, bool best)
     {
         guarded(
             [&] {
-                auto bot = std::make_shared<const Chatbot>(Chatbot::load(runDir.toStdString()));
+                auto bot = std::make_shared<const Chatbot>(Chatbot::load(
+                    runDir.toStdString(), "cpu", best ? Chatbot::Weights::Best : Chatbot::Weights::Latest));
                 RunSummary r;
                 r.runDir = runDir;
                 r.config = bot->config();
                 r.history = readRunHistory(runDir.toStdString());
+                r.best = readBestWeights(runDir.toStdString());
+                r.bestLoaded = best;
+                r.step = bot->step();
                 Q_EMIT snapshot(bot);
                 Q_EMIT runLoaded(r);
             },
@@ -433,10 +437,10 @@ void EngineController::stop()
     m_cancel->store(true);
 }
 
-void EngineController::loadRun(const QString& runDir)
+void EngineController::loadRun(const QString& runDir, bool best)
 {
     QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, runDir] { w->loadRun(runDir); }, Qt::QueuedConnection);
+        m_engine, [w = m_engine, runDir, best] { w->loadRun(runDir, best); }, Qt::QueuedConnection);
 }
 
 quint64 EngineController::chat(const QString& text, const DecodeOptions& options)

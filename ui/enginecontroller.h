@@ -20,6 +20,7 @@
 #include "chatbench/corpusstats.h"
 #include "chatbench/devices.h"
 #include "chatbench/doctor.h"
+#include "chatbench/runs.h"
 #include "chatbench/trainer.h"
 
 #include <QObject>
@@ -54,6 +55,9 @@ struct RunSummary {
     QString runDir;
     chatbench::TrainConfig config;
     std::vector<chatbench::EpochMetrics> history;
+    chatbench::BestWeights best; // the run's best-validation weights, when it has them
+    bool bestLoaded = false; // these weights (not the latest checkpoint) were loaded
+    qint64 step = 0; // training step of the weights loaded
 };
 
 struct ChatAnswer {
@@ -100,7 +104,8 @@ public:
     void resume(const QString& runDir, int epochs = 0);
     void stop();
     // Loads a saved run to chat with (and its history for the plots).
-    void loadRun(const QString& runDir);
+    // Opens a run for chat: its latest checkpoint, or (`best`) its best-validation weights.
+    void loadRun(const QString& runDir, bool best = false);
     // Replies with the latest weights; returns the request id echoed in replyReady.
     quint64 chat(const QString& text, const chatbench::DecodeOptions& options);
     void probeDiversity(const QStringList& questions, const chatbench::DecodeOptions& options);

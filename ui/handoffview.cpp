@@ -1,5 +1,6 @@
 #include "handoffview.h"
 
+#include "plotaxes.h"
 #include "qcp.h"
 
 #include <QHBoxLayout>
@@ -8,6 +9,7 @@
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QTabWidget>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include <cmath>
@@ -32,13 +34,45 @@ double mean(const std::vector<float>& v)
     return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// Steps and units are whole numbers: no "12.5" ticks.
+void wholeNumberTicks(QCPAxis* axis)
+{
+    QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+    ticker->setTickStep(1);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    axis->setTicker(ticker);
+}
+
 QCustomPlot* makePlot(const QString& x, const QString& y)
 {
     auto* p = new QCustomPlot;
     p->xAxis->setLabel(x);
     p->yAxis->setLabel(y);
+
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     return p;
+}
+
+// The colour scale beside a heat map (made once per plot, then reused): what a colour means.
+void attachColorScale(QCustomPlot* plot, QCPColorMap* map, const QString& label)
+{
+    auto* grid = plot->plotLayout();
+    auto* scale = grid->columnCount() > 1 ? qobject_cast<QCPColorScale*>(grid->element(0, 1)) : nullptr;
+    if (!scale) {
+        scale = new QCPColorScale(plot);
+        plot->plotLayout()->addElement(0, 1, scale);
+        scale->setType(QCPAxis::atRight);
+        scale->setBarWidth(10);
+        auto* group = new QCPMarginGroup(plot);
+        plot->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+        scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+    }
+    scale->axis()->setLabel(label);
+    const QCPColorGradient gradient = map->gradient();
+    const QCPRange range = map->dataRange();
+    map->setColorScale(scale); // the map takes the scale's gradient and range: give it the map's
+    scale->setGradient(gradient);
+    scale->setDataRange(range);
 }
 
 // A units × steps heat map with a shared diverging colour scale.
@@ -68,6 +102,7 @@ void fillHeatmap(QCustomPlot* plot, const std::vector<std::vector<float>>& colum
     map->setGradient(g);
     map->setDataRange(QCPRange(-amax, amax));
     map->setInterpolate(false);
+    attachColorScale(plot, map, QObject::tr("value"));
     plot->xAxis->setRange(-0.5, nx - 0.5);
     plot->yAxis->setRange(-0.5, ny - 0.5);
     if (divider > 0) {
@@ -207,6 +242,8 @@ HandoffView::HandoffView(QWidget* parent)
 
     m_h = makePlot(tr("step (encoder | decoder)"), tr("unit"));
     m_c = makePlot(tr("decoder step (0 = initial state)"), tr("unit"));
+    for (QCPAxis* axis : { m_h->xAxis, m_h->yAxis, m_c->xAxis, m_c->yAxis })
+        wholeNumberTicks(axis);
     auto* states = new QWidget;
     auto* statesLayout = new QVBoxLayout(states);
     statesLayout->setContentsMargins(0, 0, 0, 0);
@@ -216,11 +253,11 @@ HandoffView::HandoffView(QWidget* parent)
     statesLayout->addWidget(m_c, 1);
 
     m_norms = makePlot(tr("decoder step (0 = initial state)"), tr("norm"));
-    m_norms->legend->setVisible(true);
-    m_norms->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    plotaxes::legendAbove(m_norms, 2, 150);
     m_gates = makePlot(tr("decoder step"), tr("mean activation"));
-    m_gates->legend->setVisible(true);
-    m_gates->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignVCenter | Qt::AlignRight);
+    plotaxes::legendAbove(m_gates, 4, 150);
+    wholeNumberTicks(m_norms->xAxis);
+    wholeNumberTicks(m_gates->xAxis);
     auto* dyn = new QWidget;
     auto* dynLayout = new QVBoxLayout(dyn);
     dynLayout->setContentsMargins(0, 0, 0, 0);
@@ -229,6 +266,7 @@ HandoffView::HandoffView(QWidget* parent)
 
     m_topk = makePlot(QString(), tr("probability"));
     m_step = new QSpinBox;
+    m_step->setToolTip(tr("Which decoder step's candidates to show"));
     m_stepLabel = new QLabel;
     auto* topkBox = new QWidget;
     auto* topkLayout = new QVBoxLayout(topkBox);
@@ -248,8 +286,37 @@ HandoffView::HandoffView(QWidget* parent)
     m_tabs->addTab(topkBox, tr("top-k per step"));
     m_tabs->addTab(m_attention, tr("attention"));
 
+    m_helpButton = new QToolButton;
+    m_helpButton->setText(tr("What am I looking at?"));
+    m_helpButton->setCheckable(true);
+    m_helpButton->setToolTip(tr("What h and c are, and what the three checks prove"));
+    m_help = new QLabel(tr(
+        "<b>h and c.</b> An LSTM reads a sentence word by word and keeps two vectors: <b>h</b>, the hidden "
+        "state (what it outputs at each word), and <b>c</b>, the cell state (its longer-term memory). After the "
+        "last word of your question, the encoder's final (h, c) is everything the model knows about it."
+        "<br><b>The handoff.</b> The decoder must <i>start</i> from that (h, c) and carry its own state from "
+        "each word to the next. If it starts from zeros instead, every question looks the same to it and the bot "
+        "gives the same reply to everything: the bug this view catches."
+        "<br><b>The three checks.</b> (1) the decoder's first state equals the encoder's last; (2) every step "
+        "starts from the state the step before left; (3) decoding word by word gives the same numbers as the single "
+        "pass used in training. Green means shown to hold on this reply, to within rounding; hover a badge for the "
+        "numbers."
+        "<br><b>Below.</b> The strip draws encoder words, then (h, c), then the reply's words. The heatmaps show every "
+        "unit of h and c at every step (red positive, blue negative; the scale is on the right); then the state "
+        "sizes and gate activations, the top candidates at each step, and attention when the model has it."));
+    m_help->setWordWrap(true);
+    m_help->setObjectName("handoffHelp");
+    m_help->setStyleSheet(
+        "QLabel { background: #f3f6fb; border: 1px solid #cfd6e3; border-radius: 4px; padding: 6px; }");
+    m_help->hide();
+    connect(m_helpButton, &QToolButton::toggled, m_help, &QWidget::setVisible);
+    auto* titleBar = new QHBoxLayout;
+    titleBar->addWidget(m_title, 1);
+    titleBar->addWidget(m_helpButton, 0, Qt::AlignTop);
+
     auto* layout = new QVBoxLayout(this);
-    layout->addWidget(m_title);
+    layout->addLayout(titleBar);
+    layout->addWidget(m_help);
     layout->addLayout(badges);
     layout->addWidget(scroll);
     layout->addWidget(m_tabs, 1);
@@ -291,14 +358,30 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
                          .arg(t.hidden)
                          .arg(QString::fromStdString(handoffModeName(t.handoff))));
     const auto& c = t.checks;
-    const QString texts[3] = {
-        tr("handoff equal\nmax |dec₀ − enc| = %1").arg(c.handoffMaxDiff, 0, 'g', 3),
-        tr("state carried\nmax |in(t) − out(t−1)| = %1").arg(c.carriedMaxDiff, 0, 'g', 3),
-        tr("step-wise = teacher-forced\nmax |Δlogit| = %1").arg(c.teacherForcedMaxDiff, 0, 'g', 3),
-    };
     const bool pass[3] = { c.handoffEqual, c.stateCarried, c.teacherForcedEqual };
+    // Plain words on the badge; the measured numbers in its tooltip.
+    const QString texts[3] = {
+        pass[0] ? tr("The decoder starts from the encoder's memory")
+                : tr("The decoder does NOT start from the encoder's memory"),
+        pass[1] ? tr("Each word continues from the state the last one left")
+                : tr("The state is NOT carried from word to word"),
+        pass[2] ? tr("Word-by-word decoding matches one pass over the whole reply")
+                : tr("Word-by-word decoding differs from one pass over the whole reply"),
+    };
+    const QString tips[3] = {
+        tr("Handoff check: the decoder's initial (h, c) equals the encoder's final (h, c) in every layer.\n"
+           "max |decoder₀ − encoder final| = %1")
+            .arg(c.handoffMaxDiff, 0, 'g', 3),
+        tr("Carried check: each decoder step's input state equals the previous step's output state.\n"
+           "max |in(t) − out(t−1)| = %1")
+            .arg(c.carriedMaxDiff, 0, 'g', 3),
+        tr("Teacher-forced check: the logits of the step-by-step loop equal those of one teacher-forced pass over "
+           "the reply, as in training.\nmax |Δlogit| = %1")
+            .arg(c.teacherForcedMaxDiff, 0, 'g', 3),
+    };
     for (int i = 0; i < 3; ++i) {
         m_pass[i] = pass[i];
+        m_badges[i]->setToolTip(tips[i]);
         m_badges[i]->setText((pass[i] ? QString::fromUtf8("✔ ") : QString::fromUtf8("✘ ")) + texts[i]);
         m_badges[i]->setStyleSheet(pass[i] ? "QLabel { background: #d8f3dc; color: #1b5e20; border: 1px solid #8fd19e; "
                                              "border-radius: 6px; padding: 4px; }"
@@ -355,9 +438,12 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
     line(m_gates, tr("forget gate σ(f)"), gx, gf, QColor(210, 120, 20));
     line(m_gates, tr("cell candidate tanh(g)"), gx, gg, QColor(120, 120, 120));
     line(m_gates, tr("output gate σ(o)"), gx, go, QColor(40, 100, 200));
+    plotaxes::fit(m_norms->yAxis, plotaxes::merge(plotaxes::span(hn), plotaxes::span(cn)));
+    m_norms->yAxis->setRangeLower(std::min(0.0, m_norms->yAxis->range().lower));
+    // Gates are sigmoids in (0, 1), the cell candidate a tanh in (-1, 1): the whole possible range.
+    m_gates->yAxis->setRange(-1.08, 1.08);
     for (auto* p : { m_norms, m_gates }) {
-        p->rescaleAxes();
-        p->xAxis->setRange(p->xAxis->range().lower - 0.5, p->xAxis->range().upper + 0.5);
+        p->xAxis->setRange(-0.5, static_cast<double>(t.steps.size()) + 0.5);
         p->replot();
     }
 
@@ -373,6 +459,7 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
                 map->data()->setCell(xk, y, t.steps[static_cast<size_t>(y)].attention[static_cast<size_t>(xk)]);
         map->setGradient(QCPColorGradient::gpHot);
         map->setDataRange(QCPRange(0, 1));
+        attachColorScale(m_attention, map, tr("attention weight"));
         QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
         for (int k = 0; k < ns && k < static_cast<int>(t.inputWords.size()); ++k)
             ticks->addTick(k, QString::fromStdString(t.inputWords[static_cast<size_t>(k)]));

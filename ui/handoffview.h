@@ -15,6 +15,7 @@ class QCustomPlot;
 class QLabel;
 class QSpinBox;
 class QTabWidget;
+class QToolButton;
 class HandoffStrip;
 
 class HandoffView : public QWidget {
@@ -32,11 +33,15 @@ public:
     QLabel* badge(int i) const;
     QTabWidget* tabs() const { return m_tabs; }
     QCustomPlot* hHeatmap() const { return m_h; }
+    QCustomPlot* gatesPlot() const { return m_gates; }
+    QToolButton* helpButton() const { return m_helpButton; }
 
 private:
     void showStep(int step);
 
     QLabel* m_title = nullptr;
+    QToolButton* m_helpButton = nullptr;
+    QLabel* m_help = nullptr; // what h and c are, what the checks prove
     QLabel* m_badges[3] = {};
     bool m_pass[3] = {};
     HandoffStrip* m_strip = nullptr;

@@ -1,5 +1,7 @@
 #include "liveplot.h"
 
+#include "chatbench/runs.h"
+#include "plotaxes.h"
 #include "qcp.h"
 
 #include <QCheckBox>
@@ -15,7 +17,7 @@
 #include <cmath>
 
 namespace {
-enum Graph { Raw, Smoothed, Validation, EpochTrain };
+enum Graph { Raw, Smoothed, Validation, EpochTrain, Best };
 enum SpeedGraph { Perplexity, Tokens };
 
 QPen pen(const QColor& c, double width = 1.5, Qt::PenStyle style = Qt::SolidLine)
@@ -32,9 +34,15 @@ LivePlot::LivePlot(QWidget* parent)
     bar->addWidget(new QLabel(tr("x axis")));
     m_xAxis = new QComboBox;
     m_xAxis->addItems({ tr("step"), tr("epoch"), tr("wall time (s)") });
+    m_xAxis->setToolTip(tr("What the curves are drawn against: optimizer steps, epochs or training wall time"));
     bar->addWidget(m_xAxis);
     m_logY = new QCheckBox(tr("log y"));
+    m_logY->setToolTip(tr("Logarithmic loss axis"));
     bar->addWidget(m_logY);
+    m_outliers = new QCheckBox(tr("ignore outliers"));
+    m_outliers->setToolTip(tr("Leave the highest and lowest 2 % of values out of the y range (the first steps' "
+                              "loss, say); they are still drawn"));
+    bar->addWidget(m_outliers);
     bar->addSpacing(12);
     m_smoothLabel = new QLabel;
     bar->addWidget(m_smoothLabel);
@@ -48,9 +56,8 @@ LivePlot::LivePlot(QWidget* parent)
     m_loss = new QCustomPlot;
     m_loss->setMinimumHeight(260);
     m_loss->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    m_loss->legend->setVisible(true);
     m_loss->legend->setFont(QFont(font().family(), 8));
-    m_loss->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    plotaxes::legendAbove(m_loss, 3, 200);
     m_loss->yAxis->setLabel(tr("loss (cross-entropy)"));
     auto* raw = m_loss->addGraph();
     raw->setName(tr("train loss (per step)"));
@@ -65,14 +72,24 @@ LivePlot::LivePlot(QWidget* parent)
     auto* epochTrain = m_loss->addGraph();
     epochTrain->setName(tr("train loss (epoch mean)"));
     epochTrain->setPen(pen(QColor(20, 70, 170), 1, Qt::DotLine));
+    auto* best = m_loss->addGraph();
+    best->setName(tr("best validation (weights kept)"));
+    best->setLineStyle(QCPGraph::lsNone);
+    best->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssStar, QPen(QColor(200, 30, 30), 2), Qt::NoBrush, 14));
+    m_bestLabel = new QCPItemText(m_loss);
+    m_bestLabel->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+    m_bestLabel->setFont(QFont(font().family(), 8, QFont::Bold));
+    m_bestLabel->setColor(QColor(200, 30, 30));
+    m_bestLabel->setClipToAxisRect(true);
+    m_bestLabel->setPadding(QMargins(0, 9, 0, 0)); // below the star
+    m_bestLabel->setVisible(false);
     m_fixedGraphs = m_loss->graphCount();
 
     m_speed = new QCustomPlot;
     m_speed->setMinimumHeight(140);
     m_speed->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    m_speed->legend->setVisible(true);
     m_speed->legend->setFont(QFont(font().family(), 8));
-    m_speed->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    plotaxes::legendAbove(m_speed, 2, 200);
     m_speed->yAxis->setLabel(tr("perplexity"));
     m_speed->yAxis2->setVisible(true);
     m_speed->yAxis2->setLabel(tr("tokens/s"));
@@ -90,6 +107,13 @@ LivePlot::LivePlot(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(bar);
     layout->addWidget(m_loss, 3);
+    m_note = new QLabel;
+    m_note->setObjectName("overfittingNote");
+    m_note->setWordWrap(true);
+    m_note->setStyleSheet("QLabel { background: #fff4d6; color: #6b4a00; border: 1px solid #e6c97a; padding: 4px; "
+                          "border-radius: 4px; }");
+    m_note->hide();
+    layout->addWidget(m_note);
     layout->addWidget(m_speed, 2);
 
     m_timer.setSingleShot(true);
@@ -97,6 +121,7 @@ LivePlot::LivePlot(QWidget* parent)
     connect(&m_timer, &QTimer::timeout, this, &LivePlot::replot);
     connect(m_xAxis, &QComboBox::currentIndexChanged, this, [this](int i) { setXAxis(static_cast<XAxis>(i)); });
     connect(m_logY, &QCheckBox::toggled, this, &LivePlot::setLogY);
+    connect(m_outliers, &QCheckBox::toggled, this, &LivePlot::setIgnoreOutliers);
     connect(m_smooth, &QSlider::valueChanged, this, &LivePlot::setSmoothing);
     // Dragging or wheeling stops the auto-fit; a double click brings it back.
     for (auto* p : { m_loss, m_speed }) {
@@ -119,6 +144,7 @@ void LivePlot::clear()
     m_emaWeight = 0;
     m_epochs.clear();
     m_epochTrain.clear();
+    m_history.clear();
     m_userZoomed = false;
     scheduleReplot();
 }
@@ -144,6 +170,15 @@ void LivePlot::setLogY(bool on)
         m_loss->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
     else
         m_loss->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    scheduleReplot();
+}
+
+void LivePlot::setIgnoreOutliers(bool on)
+{
+    if (m_outliers->isChecked() != on)
+        m_outliers->setChecked(on);
+    m_ignoreOutliers = on;
+    m_userZoomed = false;
     scheduleReplot();
 }
 
@@ -185,6 +220,10 @@ void LivePlot::addEpoch(const chatbench::EpochMetrics& m)
     const double step = static_cast<double>(m.step);
     m_epochs.push_back({ step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.validationLoss, m.perplexity });
     m_epochTrain.push_back({ step, static_cast<double>(m.epoch + 1), m.elapsedSeconds, m.trainLoss, 0 });
+    m_history.push_back(m);
+    const QString note = overfittingNote();
+    m_note->setText(note);
+    m_note->setVisible(!note.isEmpty());
     scheduleReplot();
 }
 
@@ -282,14 +321,69 @@ void LivePlot::replot()
     }
     fill(m_speed->graph(Perplexity), m_epochs, true);
     fill(m_speed->graph(Tokens), m_steps, true);
-    if (!m_userZoomed) {
-        m_loss->rescaleAxes();
-        m_speed->rescaleAxes();
-    }
+    markBest();
+    if (!m_userZoomed)
+        fitAxes();
     m_loss->replot(QCustomPlot::rpQueuedReplot);
     m_speed->replot(QCustomPlot::rpQueuedReplot);
     ++m_replots;
     Q_EMIT replotted();
+}
+
+int LivePlot::bestEpoch() const
+{
+    const int i = chatbench::bestEpochIndex(m_history);
+    return i < 0 ? 0 : m_history[static_cast<size_t>(i)].epoch + 1;
+}
+
+QString LivePlot::overfittingNote() const
+{
+    return QString::fromStdString(chatbench::overfittingNote(m_history));
+}
+
+void LivePlot::markBest()
+{
+    const int i = chatbench::bestEpochIndex(m_history);
+    auto* g = m_loss->graph(Best);
+    if (i < 0) {
+        g->data()->clear();
+        m_bestLabel->setVisible(false);
+        return;
+    }
+    const Point& p = m_epochs[i];
+    g->setData(QVector<double> { xOf(p) }, QVector<double> { p.value });
+    m_bestLabel->position->setCoords(xOf(p), p.value);
+    m_bestLabel->setText(tr("best: epoch %1").arg(static_cast<int>(p.epoch)));
+    m_bestLabel->setVisible(true);
+}
+
+void LivePlot::fitAxes()
+{
+    // x: every graph's keys; y: every graph's values, outliers left out on request. Each axis gets
+    // a margin so that the extreme points and their markers stay inside.
+    auto keysAndValues = [](QCustomPlot* plot, QCPAxis* valueAxis, QVector<double>* keys, QVector<double>* values) {
+        for (int i = 0; i < plot->graphCount(); ++i) {
+            QCPGraph* g = plot->graph(i);
+            if (valueAxis && g->valueAxis() != valueAxis)
+                continue;
+            for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) {
+                *keys << it->key;
+                *values << it->value;
+            }
+        }
+    };
+    QVector<double> lossKeys, lossValues;
+    keysAndValues(m_loss, nullptr, &lossKeys, &lossValues);
+    const bool logLoss = m_loss->yAxis->scaleType() == QCPAxis::stLogarithmic;
+    plotaxes::fit(m_loss->xAxis, plotaxes::span(lossKeys), 0.02);
+    plotaxes::fit(m_loss->yAxis, plotaxes::span(lossValues, m_ignoreOutliers, logLoss));
+
+    QVector<double> speedKeys, ppl, tokens;
+    keysAndValues(m_speed, m_speed->yAxis, &speedKeys, &ppl);
+    keysAndValues(m_speed, m_speed->yAxis2, &speedKeys, &tokens);
+    plotaxes::fit(m_speed->xAxis, plotaxes::span(speedKeys), 0.02);
+    plotaxes::fit(m_speed->yAxis, plotaxes::span(ppl, m_ignoreOutliers, /*positiveOnly=*/true));
+    plotaxes::fit(m_speed->yAxis2, plotaxes::span(tokens, m_ignoreOutliers));
 }
 
 int LivePlot::drawnPoints(int graph) const

@@ -38,12 +38,19 @@ public:
     void setXAxis(XAxis axis);
     void setLogY(bool on);
     void setSmoothing(int percent); // 0..99: EMA weight of the past
+    // Leave the extreme 2 % of values out of the y ranges (a first-step loss spike, say).
+    void setIgnoreOutliers(bool on);
 
     int stepPoints() const { return m_steps.size(); }
     int epochPoints() const { return m_epochs.size(); }
     int drawnPoints(int graph) const; // points the given loss graph holds after the last replot
     int replots() const { return m_replots; }
     QCustomPlot* lossPlot() const { return m_loss; }
+    QCustomPlot* speedPlot() const { return m_speed; }
+    // The best-validation epoch (1-based; 0 when none) and the overfitting note shown under the
+    // curves (empty when none), both from the engine's reading of the epochs shown.
+    int bestEpoch() const;
+    QString overfittingNote() const;
 
     bool exportImage(const QString& path); // .png or .pdf
     bool exportCsv(const QString& path);
@@ -66,11 +73,17 @@ private:
     void replot();
     double xOf(const Point& p) const;
     void fill(QCPGraph* g, const QVector<Point>& pts, bool extra = false) const;
+    void fitAxes();
+    void markBest();
 
     QCustomPlot* m_loss = nullptr;
     QCustomPlot* m_speed = nullptr;
     QComboBox* m_xAxis = nullptr;
     QCheckBox* m_logY = nullptr;
+    QCheckBox* m_outliers = nullptr;
+    QLabel* m_note = nullptr; // the overfitting note
+    class QCPItemText* m_bestLabel = nullptr;
+    std::vector<chatbench::EpochMetrics> m_history; // the epochs shown, for the best mark and the note
     QSlider* m_smooth = nullptr;
     QLabel* m_smoothLabel = nullptr;
     QTimer m_timer;
@@ -84,4 +97,5 @@ private:
     int m_replots = 0;
     int m_fixedGraphs = 0;
     bool m_userZoomed = false;
+    bool m_ignoreOutliers = false;
 };

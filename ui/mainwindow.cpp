@@ -7,6 +7,7 @@
 #include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
+#include "guidedtour.h"
 #include "handoffview.h"
 #include "liveplot.h"
 #include "trainview.h"
@@ -60,6 +61,9 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
                    .value("runsDir", QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs")
                    .toString();
     m_train->setRunsDir(runs);
+    // The project's saved reports (CPU and GPU machines, the peers) are listed in Compare.
+    if (QDir(CHATBENCH_SOURCE_DIR "/bench/reports").exists())
+        m_compare->setReportsDir(QDir::cleanPath(CHATBENCH_SOURCE_DIR "/bench/reports"));
     if (settings.contains("trainConfig")) {
         try {
             m_train->setConfig(trainConfigFromJson(settings.value("trainConfig").toString().toStdString(), "settings"));
@@ -96,6 +100,7 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     m_train->stopButton()->setShortcut({});
     m_train->resumeButton()->setShortcut({});
     auto* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&Guided tour"), QKeySequence(Qt::Key_F1), this, &MainWindow::showGuidedTour);
     help->addAction(tr("Environment &doctor"), this, [this] {
         statusBar()->showMessage(tr("doctor: checking versions, devices and the handoff on a tiny model…"));
         m_engine->runDoctor();
@@ -175,7 +180,9 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
         [this](const QString& dir) { QSettings().setValue("lastRun", dir); });
     connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
         QSettings().setValue("lastRun", r.runDir);
-        statusBar()->showMessage(tr("opened run %1").arg(r.runDir), 8000);
+        statusBar()->showMessage(
+            tr("opened run %1%2").arg(QFileInfo(r.runDir).fileName(), r.bestLoaded ? tr(" (best weights)") : QString()),
+            8000);
     });
 
     resize(1360, 860);
@@ -217,6 +224,15 @@ void MainWindow::saveSettings()
     settings.setValue("tab", m_tabs->currentIndex());
     settings.setValue("runsDir", m_train->runsDir());
     settings.setValue("trainConfig", QString::fromStdString(toJson(m_train->config())));
+}
+
+void MainWindow::showGuidedTour()
+{
+    if (!m_tour)
+        m_tour = new GuidedTour(m_tabs, this);
+    m_tour->showPage(0);
+    m_tour->show();
+    m_tour->raise();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

@@ -7,6 +7,7 @@ class ChatView;
 class CompareView;
 class CorpusView;
 class EngineController;
+class GuidedTour;
 class QLabel;
 class QTabWidget;
 class TrainView;
@@ -34,6 +35,9 @@ public:
     CompareView* compareView() const { return m_compare; }
     QTabWidget* tabs() const { return m_tabs; }
     QString lastError() const { return m_lastError; }
+    // Help → Guided tour (F1): a short walk through the four tabs.
+    void showGuidedTour();
+    GuidedTour* guidedTour() const { return m_tour; }
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -49,5 +53,6 @@ private:
     ChatView* m_chat = nullptr;
     CompareView* m_compare = nullptr;
     QLabel* m_statusDevice = nullptr;
+    GuidedTour* m_tour = nullptr;
     QString m_lastError;
 };

@@ -4,6 +4,7 @@
 #include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
+#include "guidedtour.h"
 #include "handoffview.h"
 #include "liveplot.h"
 #include "mainwindow.h"
@@ -11,15 +12,18 @@
 
 #include <QAbstractButton>
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QEventLoop>
 #include <QFile>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QStatusBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTimer>
+#include <QToolButton>
 
 #include <cstdio>
 
@@ -108,6 +112,7 @@ int ScreenshotTour::run()
     shot("02-training-live");
     ok = waitFor(engine, &EngineController::trainingFinished, 300000) || fail("training did not finish");
     shot("03-trained");
+    const QString trainedRun = train->currentRun();
 
     // 3. Chat, with the handoff view of the last reply.
     tabs->setCurrentWidget(chat);
@@ -117,6 +122,9 @@ int ScreenshotTour::run()
         ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     }
     shot("04-chat-handoff");
+    chat->handoffView()->helpButton()->setChecked(true);
+    shot("04b-handoff-help");
+    chat->handoffView()->helpButton()->setChecked(false);
     chat->handoffView()->tabs()->setCurrentIndex(1);
     shot("05-norms-gates");
     chat->handoffView()->tabs()->setCurrentIndex(2);
@@ -133,6 +141,13 @@ int ScreenshotTour::run()
     ok = waitFor(engine, &EngineController::probeDone, 60000) && ok;
     shot("07-broken-handoff");
     chat->breakSwitch()->setChecked(false);
+
+    // 4b. The weights kept at the best validation loss, chosen in the chat pane.
+    engine->loadRun(trainedRun, /*best=*/true);
+    ok = waitFor(engine, &EngineController::runLoaded, 30000) && ok;
+    chat->ask("hello");
+    ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
+    shot("07b-best-weights");
 
     // 5. A bad corpus: the error names file and line; the window stays usable.
     const QString original = corpus->currentPath();
@@ -213,5 +228,27 @@ int ScreenshotTour::run()
     chat->ask("will it rain tomorrow");
     ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     shot("12-keras-chat");
+
+    // 9. Help → Guided tour, on its Chat page.
+    m_window->showGuidedTour();
+    m_window->guidedTour()->showPage(2);
+    settle(200);
+    shot("13-guided-tour", m_window->guidedTour());
+    m_window->guidedTour()->close();
+
+    // 10. Every tab at smaller window sizes: the forms scroll, nothing is cut.
+    train->showRunCurves(trainedRun);
+    m_window->statusBar()->clearMessage();
+    for (const QSize size : { QSize(1280, 800), QSize(1024, 700) }) {
+        m_window->resize(size);
+        for (int i = 0; i < tabs->count(); ++i) {
+            tabs->setCurrentIndex(i);
+            shot(QString("size-%1x%2-%3-%4")
+                     .arg(size.width())
+                     .arg(size.height())
+                     .arg(i + 1)
+                     .arg(tabs->tabText(i).remove('&').toLower()));
+        }
+    }
     return ok ? 0 : 1;
 }

@@ -64,6 +64,7 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_preset = new QComboBox;
     for (const std::string& name : presetNames())
         m_preset->addItem(QString::fromStdString(name + " — " + presetDescription(name)), QString::fromStdString(name));
+    m_preset->setToolTip(tr("Starting values for every field below: seed (the Keras recipe), quick, large"));
     form->addRow(tr("Preset"), m_preset);
     form->addRow(tr("Epochs"), m_epochs = spin(1, 100000, tr("Passes over the training pairs")));
     form->addRow(tr("Batch size"), m_batch = spin(1, 65536, tr("Pairs per optimizer step")));
@@ -71,13 +72,16 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_optimizer = new QComboBox;
     for (const std::string& name : optimizerNames())
         m_optimizer->addItem(QString::fromStdString(name));
+    m_optimizer->setToolTip(tr("The update rule: Adam, RMSprop (the Keras recipe's) or SGD"));
     form->addRow(tr("Optimizer"), m_optimizer);
     form->addRow(tr("Embedding"), m_embed = spin(1, 8192, tr("Embedding width")));
     form->addRow(tr("LSTM units"), m_hidden = spin(1, 8192, tr("Hidden size H of every LSTM layer")));
     form->addRow(tr("Layers"), m_layers = spin(1, 8, tr("Stacked LSTM layers in encoder and decoder")));
     form->addRow(tr("Dropout"), m_dropout = dspin(0, 0.95, 2, 0.05, tr("Between layers and on embeddings")));
     form->addRow(tr("Attention"), m_attention = new QCheckBox(tr("Luong (general)")));
+    m_attention->setToolTip(tr("Let each decoder step look back at every encoder step (not in the seed recipe)"));
     form->addRow(tr("Embeddings"), m_shared = new QCheckBox(tr("shared by encoder and decoder")));
+    m_shared->setToolTip(tr("One embedding table for both sides, as in the Keras recipe"));
     form->addRow(
         tr("Teacher forcing"), m_teacher = dspin(0, 1, 2, 0.05, tr("Probability of feeding the true previous token")));
     form->addRow(tr("Gradient clip"), m_clip = dspin(0, 1000, 2, 0.5, tr("Gradient-norm clipping; 0 = off")));
@@ -98,6 +102,7 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_precision = new QComboBox;
     for (const std::string& name : precisionNames())
         m_precision->addItem(QString::fromStdString(name), QString::fromStdString(name));
+    m_precision->setToolTip(tr("Number format of the training maths: fp32, or bf16/fp16 mixed precision"));
     dev->addRow(tr("Precision"), m_precision);
     m_deviceNote = new QLabel(tr("probing devices…"));
     m_deviceNote->setWordWrap(true);
@@ -156,6 +161,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     exportBar->addStretch();
     for (const QString& kind : { QString("PNG"), QString("PDF"), QString("CSV") }) {
         auto* b = new QPushButton(tr("Export %1").arg(kind));
+        b->setToolTip(kind == "CSV" ? tr("Save every step and epoch value shown as a CSV file")
+                                    : tr("Save the loss chart as a %1 file").arg(kind));
         exportBar->addWidget(b);
         connect(b, &QPushButton::clicked, this, [this, kind] {
             const QString path = QFileDialog::getSaveFileName(
@@ -419,7 +426,13 @@ void TrainView::setRunning(bool running)
                                      : tr("Load a corpus first (Corpus tab, Ctrl+O)"));
     m_stop->setEnabled(running);
     m_resume->setEnabled(!running && !m_currentRun.isEmpty());
-    m_preset->setEnabled(!running);
+    // The form describes the run being trained: locked until it stops.
+    for (QWidget* w : std::initializer_list<QWidget*> { m_preset, m_epochs, m_batch, m_lr, m_optimizer, m_embed,
+             m_hidden, m_layers, m_dropout, m_attention, m_shared, m_teacher, m_clip, m_patience, m_valFraction, m_seed,
+             m_device, m_threads, m_precision })
+        w->setEnabled(!running);
+    if (!running)
+        updatePrecisions(); // the threads box is for the CPU only
 }
 
 void TrainView::startTraining()

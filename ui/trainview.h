@@ -32,6 +32,7 @@ public:
     QString currentRun() const { return m_currentRun; }
     void setCurrentRun(const QString& dir);
     void refreshRunHistory();
+    void showRunCurves(const QString& runDir); // the run's saved steps and epochs
 
     LivePlot* plot() const { return m_plot; }
     QPushButton* trainButton() const { return m_train; }
@@ -53,7 +54,6 @@ private:
     void fillDevices();
     void updatePrecisions();
     void setRunning(bool running);
-    void showRunCurves(const QString& runDir); // the run's saved steps and epochs
     void applyPreset(const QString& name);
 
     EngineController* m_engine;

@@ -18,6 +18,7 @@ using namespace chatbench;
 struct ChatArgs {
     std::string run = "runs/latest";
     std::string device = "cpu";
+    std::string weights = "latest";
     std::optional<std::string> once;
     bool json = false;
     bool checks = false;
@@ -63,7 +64,8 @@ void printReply(const Reply& r, const ChatArgs& a)
 
 int run(const ChatArgs& a)
 {
-    const Chatbot bot = Chatbot::load(a.run, a.device);
+    const Chatbot bot
+        = Chatbot::load(a.run, a.device, a.weights == "best" ? Chatbot::Weights::Best : Chatbot::Weights::Latest);
     if (!bot.note().empty())
         std::cerr << "note: " << bot.note() << "\n";
     const DecodeOptions opt = decodeOptions(a);
@@ -110,6 +112,9 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--handoff", a->handoff, "correct, zero-init (the bug), reset-each-step")
         ->check(oneOf(handoffModeNames()));
     cmd->add_option("--device", a->device, "cpu, cuda, cuda:N");
+    cmd->add_option("--weights", a->weights, "latest (the newest checkpoint) or best (the lowest validation loss)")
+        ->check(CLI::IsMember({ "latest", "best" }))
+        ->capture_default_str();
     cmd->callback([a, &exitCode] { exitCode = run(*a); });
 }
 

@@ -346,6 +346,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
     if (report.corpus.empty() && !corpus.path.empty())
         report.corpus = fs::path(corpus.path).lexically_normal().parent_path().filename().string();
     report.corpusPairs = static_cast<int64_t>(corpus.pairs.size());
+    report.corpusFingerprint = corpusFingerprint(corpus.pairs);
 
     Bench bench { cfg, cb, preset(cfg.preset), {}, report };
     if (cfg.embedDim > 0)

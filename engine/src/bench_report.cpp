@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 
 namespace chatbench {
 
@@ -40,6 +41,29 @@ Timing timingFrom(const nlohmann::json& j)
 }
 } // namespace
 
+bool sameWorkload(const BenchReport& a, int batchA, const BenchReport& b, int batchB)
+{
+    if (a.corpus != b.corpus || a.corpusPairs != b.corpusPairs)
+        return false;
+    if (a.corpusFingerprint != 0 && b.corpusFingerprint != 0 && a.corpusFingerprint != b.corpusFingerprint)
+        return false;
+    if (a.model.embedDim != b.model.embedDim || a.model.hidden != b.model.hidden || a.model.layers != b.model.layers
+        || a.model.attention != b.model.attention)
+        return false;
+    return batchA == 0 || batchB == 0 || batchA == batchB;
+}
+
+std::string describeWorkload(const BenchReport& r, int batch)
+{
+    std::string s = (r.corpus.empty() ? std::string("unnamed corpus") : r.corpus) + " (" + std::to_string(r.corpusPairs)
+        + " pairs), E=" + std::to_string(r.model.embedDim) + " H=" + std::to_string(r.model.hidden) + ", "
+        + std::to_string(r.model.layers) + (r.model.layers == 1 ? " layer" : " layers")
+        + (r.model.attention ? ", attention" : "");
+    if (batch > 0)
+        s += ", batch " + std::to_string(batch);
+    return s;
+}
+
 std::string toJson(const BenchReport& r)
 {
     ordered_json j;
@@ -56,6 +80,11 @@ std::string toJson(const BenchReport& r)
         { "layers", r.model.layers }, { "attention", r.model.attention },
         { "max_source_length", r.model.maxSourceLength }, { "max_target_length", r.model.maxTargetLength } };
     j["corpus"] = { { "name", r.corpus }, { "pairs", r.corpusPairs } };
+    if (r.corpusFingerprint != 0) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r.corpusFingerprint));
+        j["corpus"]["fingerprint"] = hex;
+    }
     auto& g = j["gemm"] = ordered_json::array();
     for (const auto& x : r.gemm)
         g.push_back({ { "device", x.device }, { "precision", benchPrecisionName(x.precision) },
@@ -116,6 +145,17 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
         r.model.maxTargetLength = md.value("max_target_length", 74);
         r.corpus = j.at("corpus").value("name", "");
         r.corpusPairs = j.at("corpus").value("pairs", int64_t(0));
+        const std::string fingerprint = j.at("corpus").value("fingerprint", "");
+        if (!fingerprint.empty()) {
+            size_t used = 0;
+            try {
+                r.corpusFingerprint = std::stoull(fingerprint, &used, 16);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != fingerprint.size() || fingerprint.size() > 16)
+                throw Error(file, 0, "corpus.fingerprint is not a 64-bit hexadecimal number: " + fingerprint);
+        }
         for (const auto& g : j.at("gemm"))
             r.gemm.push_back({ g.at("device").get<std::string>(), precisionFrom(g, file), g.value("threads", 0),
                 g.at("n").get<int>(), g.at("gflops").get<double>() });

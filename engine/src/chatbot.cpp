@@ -61,7 +61,7 @@ int64_t Chatbot::step() const
     return m_impl->step;
 }
 
-Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
+Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weights weights)
 {
     auto impl = std::make_shared<Impl>();
     impl->cfg = loadRunConfig(runDir);
@@ -75,6 +75,11 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device)
     impl->device = parseDevice(r.device);
     impl->model = Seq2Seq(impl->cfg.model);
     impl->model->to(impl->device);
+    if (weights == Weights::Best) {
+        impl->step = loadBestCheckpoint(runDir, impl->model).step;
+        impl->model->eval();
+        return Chatbot(impl);
+    }
     // A run that is still training replaces its checkpoint now and then; when the file that
     // state.json named is gone by the time we open it, read state.json again.
     for (int attempt = 0;; ++attempt) {

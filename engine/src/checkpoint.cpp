@@ -133,4 +133,47 @@ RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, 
     }
 }
 
+void keepBestCheckpoint(const std::string& runDir, const RunState& state)
+{
+    const fs::path dir(runDir);
+    const std::string name = "best-" + state.checkpoint.substr(std::string("ckpt-").size());
+    const fs::path target = dir / name;
+    const fs::path temp = dir / ("." + name + ".tmp-best");
+    std::error_code ec;
+    fs::remove(temp, ec);
+    // Checkpoints are never rewritten in place (each save is a new file renamed into place), so a
+    // hard link shares the bytes safely and costs no disk.
+    fs::create_hard_link(dir / state.checkpoint, temp, ec);
+    if (ec) {
+        ec.clear();
+        fs::copy_file(dir / state.checkpoint, temp, fs::copy_options::overwrite_existing, ec);
+    }
+    if (!ec)
+        fs::rename(temp, target, ec);
+    if (ec) {
+        fs::remove(temp, ec);
+        throw Error(target.string(), 0, "cannot keep the best weights: " + ec.message());
+    }
+    RunState best = state;
+    best.checkpoint = name;
+    saveBestState(runDir, best);
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        const std::string file = entry.path().filename().string();
+        if (file.rfind("best-", 0) == 0 && file != name && entry.path().extension() == ".pt")
+            fs::remove(entry.path(), ec);
+    }
+}
+
+RunState loadBestCheckpoint(const std::string& runDir, Seq2Seq& model)
+{
+    const std::string path = bestStatePath(runDir);
+    if (!fs::exists(path))
+        throw Error(path, 0,
+            "this run has no best weights yet (they are kept from the first epoch with a validation loss; runs "
+            "without a validation set have none)");
+    const RunState best = loadStateFile(path);
+    loadCheckpoint(runDir, best, model, nullptr);
+    return best;
+}
+
 } // namespace chatbench

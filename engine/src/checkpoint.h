@@ -25,4 +25,13 @@ void loadCheckpoint(
 RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, Seq2Seq& model,
     torch::optim::Optimizer* optimizer, std::string* note);
 
+// Keeps the checkpoint `state` names as the run's best weights (by validation loss):
+// best-<step>.pt (a hard link to it, or a copy where links are not possible), then best.json (the
+// state as of it, checksum included), then removes older best-*.pt. A kill at any point leaves
+// best.json naming a complete file.
+void keepBestCheckpoint(const std::string& runDir, const RunState& state);
+// Loads the best weights into `model` (checksum verified as for any checkpoint); returns their
+// state. Throws Error naming best.json when the run has no best weights yet.
+RunState loadBestCheckpoint(const std::string& runDir, Seq2Seq& model);
+
 } // namespace chatbench

@@ -101,6 +101,16 @@ void saveCheckpointState(const std::string& runDir, const RunState& state)
     writeFileAtomic(checkpointStatePath(runDir, state.checkpoint), stateJson(state));
 }
 
+std::string bestStatePath(const std::string& runDir)
+{
+    return (fs::path(runDir) / "best.json").string();
+}
+
+void saveBestState(const std::string& runDir, const RunState& state)
+{
+    writeFileAtomic(bestStatePath(runDir), stateJson(state));
+}
+
 std::vector<std::string> checkpointFiles(const std::string& runDir)
 {
     std::vector<std::pair<long long, std::string>> found;
@@ -355,6 +365,56 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
             out.push_back(m);
     });
     return out;
+}
+
+int bestEpochIndex(const std::vector<EpochMetrics>& history)
+{
+    int best = -1;
+    for (size_t i = 0; i < history.size(); ++i)
+        if (std::isfinite(history[i].validationLoss)
+            && (best < 0 || history[i].validationLoss < history[static_cast<size_t>(best)].validationLoss))
+            best = static_cast<int>(i);
+    return best;
+}
+
+std::string overfittingNote(const std::vector<EpochMetrics>& history, int risingEpochs)
+{
+    const int best = bestEpochIndex(history);
+    const int n = static_cast<int>(history.size());
+    if (best < 0 || risingEpochs < 1 || n - 1 - best < risingEpochs)
+        return {};
+    const EpochMetrics& from = history[static_cast<size_t>(best)];
+    const EpochMetrics& to = history.back();
+    if (!(to.trainLoss < from.trainLoss) || !(to.validationLoss > from.validationLoss))
+        return {};
+    std::ostringstream o;
+    o.precision(3);
+    o << std::fixed << "Overfitting: the validation loss has not improved for " << n - 1 - best << " epochs (best "
+      << from.validationLoss << " at epoch " << from.epoch + 1 << ", now " << to.validationLoss
+      << ") while the training loss fell (" << from.trainLoss << " to " << to.trainLoss
+      << "): the model is memorising its training pairs. The weights of epoch " << from.epoch + 1
+      << " are kept as 'best' (choose them in the Chat tab, or chat --weights best); early stopping "
+      << "(patience " << risingEpochs << ") would have stopped at epoch " << from.epoch + 1 + risingEpochs << ".";
+    return o.str();
+}
+
+BestWeights readBestWeights(const std::string& runDir)
+{
+    BestWeights b;
+    const std::string path = bestStatePath(runDir);
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+        return b;
+    try {
+        const RunState s = loadStateFile(path);
+        b.available = !s.history.empty() && !s.checkpoint.empty();
+        b.epoch = s.epoch;
+        b.step = s.step;
+        b.validationLoss = s.history.empty() ? NAN : s.history.back().validationLoss;
+    } catch (const Error&) {
+        b.available = false;
+    }
+    return b;
 }
 
 std::vector<StepMetrics> readRunSteps(const std::string& runDir)

@@ -46,6 +46,9 @@ RunState loadState(const std::string& runDir);
 std::string checkpointStatePath(const std::string& runDir, const std::string& checkpoint);
 void saveCheckpointState(const std::string& runDir, const RunState& state);
 RunState loadStateFile(const std::string& path);
+// best.json: the state as of the best weights (best-<step>.pt); see keepBestCheckpoint.
+std::string bestStatePath(const std::string& runDir);
+void saveBestState(const std::string& runDir, const RunState& state);
 // The ckpt-<step>.pt files of a run, newest (highest step) first.
 std::vector<std::string> checkpointFiles(const std::string& runDir);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);

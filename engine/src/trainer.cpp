@@ -25,6 +25,8 @@ namespace chatbench {
 
 namespace {
 
+constexpr int kOverfitEpochs = 3; // rising validation epochs before the overfitting note
+
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t0)
@@ -215,12 +217,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         m.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.history.push_back(m);
 
-        bool stopEarly = false;
+        bool stopEarly = false, improved = false;
         if (std::isfinite(v.loss)) {
             if (!s.state.haveBest || v.loss < s.state.bestValidationLoss) {
                 s.state.bestValidationLoss = v.loss;
                 s.state.haveBest = true;
                 s.state.badEpochs = 0;
+                improved = true;
             } else if (s.cfg.patience > 0 && ++s.state.badEpochs >= s.cfg.patience) {
                 stopEarly = true;
             }
@@ -233,6 +236,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
         writeMetricsCsv(s.runDir, s.state.history);
         checkpoint();
+        if (improved)
+            keepBestCheckpoint(s.runDir, s.state);
+        // Said once per stretch without improvement: when it first reaches kOverfitEpochs.
+        if (static_cast<int>(s.state.history.size()) - 1 - bestEpochIndex(s.state.history) == kOverfitEpochs) {
+            if (const std::string note = overfittingNote(s.state.history, kOverfitEpochs); !note.empty())
+                log(cb, note);
+        }
         if (cb.onEpoch)
             cb.onEpoch(m);
         if (cb.onSnapshot)

@@ -131,6 +131,7 @@ struct BenchReport {
     std::string preset;
     std::string corpus;
     int64_t corpusPairs = 0;
+    uint64_t corpusFingerprint = 0; // of the pairs' text (0 = not recorded: reports made elsewhere)
     std::vector<GemmCeiling> gemm;
     std::vector<BenchRow> rows;
     std::vector<RaceCurve> races;
@@ -148,6 +149,14 @@ MachineInfo machineInfo();
 // Throws Error for an empty corpus or a malformed device name; unsupported device/precision
 // pairs are skipped with a note.
 BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCallbacks& cb = {});
+
+// Whether rows of two reports timed the same work, so that a ratio of their times means something:
+// the same corpus (name and pair count, and fingerprint where both recorded one), the same model
+// sizes (embedding, units, layers, attention) and the same batch (0 = any, for race curves).
+// The vocabulary may differ by a few words between tokenizers of the same recipe.
+bool sameWorkload(const BenchReport& a, int batchA, const BenchReport& b, int batchB);
+// "chatterbot-english (2046 pairs), E=200 H=200, 1 layer, batch 50" (batch left out when 0).
+std::string describeWorkload(const BenchReport& report, int batch);
 
 std::string toJson(const BenchReport& report);
 // Throws Error(file, line) for malformed JSON, another schema or a newer version.

@@ -103,9 +103,15 @@ struct Reply {
 
 class Chatbot {
 public:
-    // Loads config.json, vocab.json and the latest checkpoint of a run folder onto `device`
-    // ("cpu", "cuda:N"; falls back to cpu with a note when there is no GPU). Throws Error.
-    static Chatbot load(const std::string& runDir, const std::string& device = "cpu");
+    enum class Weights {
+        Latest, // the newest checkpoint
+        Best, // those kept at the lowest validation loss (best.json)
+    };
+    // Loads config.json, vocab.json and the chosen weights of a run folder onto `device`
+    // ("cpu", "cuda:N"; falls back to cpu with a note when there is no GPU). Throws Error (for
+    // Best, naming best.json when the run has none).
+    static Chatbot load(
+        const std::string& runDir, const std::string& device = "cpu", Weights weights = Weights::Latest);
 
     Reply reply(const std::string& text, const DecodeOptions& options = {}) const;
     // Greedy replies to several prompts in one padded batch (no per-step trace).

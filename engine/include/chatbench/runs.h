@@ -10,7 +10,9 @@
 // A run folder holds config.json (TrainConfig), vocab.json (the tokenizer), state.json (where
 // training stands, written after the checkpoint it names), metrics.csv (one row per epoch),
 // steps.csv (one row per optimizer step, appended at each checkpoint) and
-// ckpt-<step>.pt (model + optimizer). Each file is replaced atomically (temporary file + rename).
+// ckpt-<step>.pt (model + optimizer) with ckpt-<step>.json (the state as of it), and, once an
+// epoch has a validation loss, best-<step>.pt with best.json: the weights of the lowest validation
+// loss. Each file is replaced atomically (temporary file + rename).
 
 #include "chatbench/config.h"
 #include "chatbench/corpus.h"
@@ -39,6 +41,23 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir);
 // survive Stop, Resume and reopening; rows past state.json's step (a save that did not finish)
 // are left out.
 std::vector<StepMetrics> readRunSteps(const std::string& runDir);
+
+// The epoch with the lowest validation loss (an index into `history`); -1 when no epoch has one.
+int bestEpochIndex(const std::vector<EpochMetrics>& history);
+// A sentence when the validation loss has stayed above its best for at least `risingEpochs`
+// epochs while the training loss fell below its value at the best epoch (the model is memorising
+// its training pairs), naming the best epoch and suggesting early stopping; empty otherwise.
+std::string overfittingNote(const std::vector<EpochMetrics>& history, int risingEpochs = 3);
+
+// The weights kept at the best validation loss (best.json + best-<step>.pt, written by training).
+struct BestWeights {
+    bool available = false; // false when the run has none (no validation set, or not one epoch yet)
+    int epoch = 0; // 1-based epoch after which they were kept
+    int64_t step = 0;
+    double validationLoss = 0;
+};
+// Never throws: an unreadable best.json reads as not available.
+BestWeights readBestWeights(const std::string& runDir);
 
 struct RunInfo {
     std::string dir; // the run folder
