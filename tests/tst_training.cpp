@@ -62,6 +62,30 @@ TrainConfig smallConfig()
     return c;
 }
 
+// A small 2-layer run (E = 16, H = 24, 5 epochs) in `dir`; returns its folder.
+std::string trainDeepRun(const QTemporaryDir& dir)
+{
+    TrainConfig deep = smallConfig();
+    deep.model.layers = 2;
+    deep.model.embedDim = 16;
+    deep.model.hidden = 24;
+    deep.epochs = 5;
+    const std::string run = dir.filePath("deep").toStdString();
+    train(deep, smallCorpus(), run);
+    return run;
+}
+
+// The small dialog plus pairs whose words validation has never seen in training: the validation
+// loss soon rises while the training loss falls.
+Corpus corpusWithValidation()
+{
+    Corpus corpus = smallCorpus();
+    for (int i = 0; i < 8; ++i)
+        corpus.pairs.push_back(
+            { "question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0 });
+    return corpus;
+}
+
 std::set<std::string> distinctReplies(const Chatbot& bot, const DecodeOptions& opt)
 {
     std::set<std::string> out;
@@ -213,13 +237,7 @@ void TestTraining::untracedReplyMatchesTraced()
     // The fast batch-1 path (fused weights, no modules, no trace) against the traced decoder, on
     // the trained 1-layer model and on a freshly trained 2-layer one.
     QTemporaryDir dir;
-    TrainConfig deep = smallConfig();
-    deep.model.layers = 2;
-    deep.model.embedDim = 16;
-    deep.model.hidden = 24;
-    deep.epochs = 5;
-    const std::string deepRun = dir.filePath("deep").toStdString();
-    train(deep, smallCorpus(), deepRun);
+    const std::string deepRun = trainDeepRun(dir);
     for (const std::string& run : { m_run, deepRun }) {
         const Chatbot bot = Chatbot::load(run);
         DecodeOptions traced, untraced;
@@ -249,13 +267,7 @@ void TestTraining::tracedStepsMatchTheModules()
     // the hand-written gate replay. Both traces must agree, on 1 and 2 layers, in all three
     // handoff modes.
     QTemporaryDir dir;
-    TrainConfig deep = smallConfig();
-    deep.model.layers = 2;
-    deep.model.embedDim = 16;
-    deep.model.hidden = 24;
-    deep.epochs = 5;
-    const std::string deepRun = dir.filePath("deep").toStdString();
-    train(deep, smallCorpus(), deepRun);
+    const std::string deepRun = trainDeepRun(dir);
     auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
         if (a.size() != b.size())
             return false;
@@ -433,10 +445,7 @@ void TestTraining::resumeEqualsUninterruptedRun()
 
 void TestTraining::validationAndEarlyStopping()
 {
-    Corpus corpus = smallCorpus();
-    for (int i = 0; i < 8; ++i)
-        corpus.pairs.push_back(
-            { "question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0 });
+    const Corpus corpus = corpusWithValidation();
     TrainConfig cfg = smallConfig();
     cfg.validationFraction = 0.25;
     cfg.epochs = 300;
@@ -462,10 +471,7 @@ void TestTraining::bestWeightsAreThoseOfTheBestEpoch()
     // Training keeps the weights of the lowest validation loss (best.json + best-<step>.pt). The
     // independent reference: the same run stopped after that epoch must answer bit for bit alike.
     QTemporaryDir dir;
-    Corpus corpus = smallCorpus();
-    for (int i = 0; i < 8; ++i)
-        corpus.pairs.push_back(
-            { "question number " + std::to_string(i), "answer number " + std::to_string(i), "memory", 0 });
+    const Corpus corpus = corpusWithValidation();
     TrainConfig cfg = smallConfig();
     cfg.validationFraction = 0.25;
     cfg.epochs = 30;

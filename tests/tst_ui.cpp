@@ -95,6 +95,7 @@ private Q_SLOTS:
     void guidedTourWalksTheTabs();
 
 private:
+    bool ensureCorpus(); // the bundled corpus, loaded once
     QTemporaryDir m_dir;
     std::unique_ptr<MainWindow> m_window;
 };
@@ -111,6 +112,15 @@ void TestUi::initTestCase()
     m_window->show();
     QSignalSpy devices(m_window->engine(), &EngineController::devicesReady);
     QVERIFY(devices.count() == 1 || devices.wait(30000));
+}
+
+bool TestUi::ensureCorpus()
+{
+    if (m_window->corpusView()->isLoaded())
+        return true;
+    QSignalSpy corpus(m_window->engine(), &EngineController::corpusLoaded);
+    m_window->corpusView()->load(kCorpus);
+    return corpus.wait(30000);
 }
 
 void TestUi::cleanupTestCase()
@@ -560,11 +570,7 @@ void TestUi::importKerasModelAndChat()
     // File → Import Keras model…: a model Keras trained, imported, chatted with at once; its reply
     // is Keras' own greedy reply (tests/fixtures/keras), and the handoff checks pass.
     auto* engine = m_window->engine();
-    if (!m_window->corpusView()->isLoaded()) { // the diagnosis asks the loaded corpus' prompts
-        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
-        m_window->corpusView()->load(kCorpus);
-        QVERIFY(corpus.wait(30000));
-    }
+    QVERIFY(ensureCorpus()); // the diagnosis asks the loaded corpus' prompts
     const QString fixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
     QSignalSpy imported(engine, &EngineController::kerasImported);
     QSignalSpy loaded(engine, &EngineController::runLoaded);
@@ -685,11 +691,7 @@ void TestUi::chatFollowsTheNewestReply()
     auto* chat = m_window->chatView();
     auto* engine = m_window->engine();
     if (!engine->hasBot()) { // run alone: train a small model first
-        if (!m_window->corpusView()->isLoaded()) {
-            QSignalSpy corpus(engine, &EngineController::corpusLoaded);
-            m_window->corpusView()->load(kCorpus);
-            QVERIFY(corpus.wait(30000));
-        }
+        QVERIFY(ensureCorpus());
         QSignalSpy finished(engine, &EngineController::trainingFinished);
         m_window->trainView()->setConfig(smallConfig(2));
         m_window->trainView()->startTraining();
@@ -733,11 +735,7 @@ void TestUi::curvesSurviveStopResumeAndReopen()
     // shows them too; the smoothed line starts at the data (debiased), not near 0.
     auto* train = m_window->trainView();
     auto* engine = m_window->engine();
-    if (!m_window->corpusView()->isLoaded()) {
-        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
-        m_window->corpusView()->load(kCorpus);
-        QVERIFY(corpus.wait(30000));
-    }
+    QVERIFY(ensureCorpus());
     train->setConfig(smallConfig(6));
     QSignalSpy steps(engine, &EngineController::stepDone);
     QSignalSpy finished(engine, &EngineController::trainingFinished);
@@ -913,11 +911,7 @@ void TestUi::bestWeightsSelectableInChat()
     // pane offers them and loads them.
     auto* train = m_window->trainView();
     auto* engine = m_window->engine();
-    if (!m_window->corpusView()->isLoaded()) {
-        QSignalSpy corpus(engine, &EngineController::corpusLoaded);
-        m_window->corpusView()->load(kCorpus);
-        QVERIFY(corpus.wait(30000));
-    }
+    QVERIFY(ensureCorpus());
     TrainConfig cfg = smallConfig(12);
     cfg.validationFraction = 0.2;
     train->setConfig(cfg);

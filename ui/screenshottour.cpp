@@ -77,6 +77,19 @@ void ScreenshotTour::shot(const QString& name, QWidget* widget)
     std::fflush(stdout);
 }
 
+bool ScreenshotTour::shotReport(const QString& objectName, const QString& name)
+{
+    auto* box = m_window->findChild<QMessageBox*>(objectName);
+    if (!box)
+        return fail(objectName + " did not open");
+    for (QAbstractButton* b : box->buttons())
+        if (box->buttonRole(b) == QMessageBox::ActionRole)
+            b->click(); // "Show Details..."
+    shot(name, box);
+    box->close();
+    return true;
+}
+
 bool ScreenshotTour::fail(const QString& what)
 {
     std::fprintf(stderr, "screenshot tour: %s\n", qPrintable(what));
@@ -199,15 +212,7 @@ int ScreenshotTour::run()
     engine->runDoctor();
     ok = waitFor(engine, &EngineController::doctorDone, 120000) && ok;
     settle(300);
-    if (auto* box = m_window->findChild<QMessageBox*>("doctorReport")) {
-        for (QAbstractButton* b : box->buttons())
-            if (box->buttonRole(b) == QMessageBox::ActionRole)
-                b->click(); // "Show Details..."
-        shot("10-doctor", box);
-        box->close();
-    } else {
-        ok = fail("the doctor's report did not open");
-    }
+    ok = shotReport("doctorReport", "10-doctor") && ok;
 
     // 8. A Keras model trained elsewhere (the test fixture), imported and chatted with.
     const QString fixtures = QString(CHATBENCH_SOURCE_DIR) + "/tests/fixtures/keras/";
@@ -216,15 +221,7 @@ int ScreenshotTour::run()
     ok = waitFor(engine, &EngineController::kerasImported, 60000) && ok;
     ok = waitFor(engine, &EngineController::runLoaded, 30000) && ok;
     settle(300);
-    if (auto* box = m_window->findChild<QMessageBox*>("kerasImportReport")) {
-        for (QAbstractButton* b : box->buttons())
-            if (box->buttonRole(b) == QMessageBox::ActionRole)
-                b->click(); // "Show Details..."
-        shot("11-keras-import", box);
-        box->close();
-    } else {
-        ok = fail("the import report did not open");
-    }
+    ok = shotReport("kerasImportReport", "11-keras-import") && ok;
     chat->ask("will it rain tomorrow");
     ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     shot("12-keras-chat");

@@ -24,6 +24,8 @@ private:
     // Saves `widget` (default: the whole window) as NAME.png.
     void shot(const QString& name, QWidget* widget = nullptr);
     bool fail(const QString& what);
+    // The open message box called `objectName`, details shown, saved as NAME.png, then closed.
+    bool shotReport(const QString& objectName, const QString& name);
 
     MainWindow* m_window;
     QString m_dir;

@@ -151,7 +151,8 @@ void keepBestCheckpoint(const std::string& runDir, const RunState& state)
     if (!ec)
         fs::rename(temp, target, ec);
     if (ec) {
-        fs::remove(temp, ec);
+        std::error_code ignored; // keep ec for the message
+        fs::remove(temp, ignored);
         throw Error(target.string(), 0, "cannot keep the best weights: " + ec.message());
     }
     RunState best = state;
