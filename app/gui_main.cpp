@@ -1,6 +1,7 @@
 // chatbench: the workbench window. `--screenshot DIR` runs the screenshot tour instead.
 
 #include "chatbench/corpus.h"
+#include "chatbench/devices.h"
 #include "corpusview.h"
 #include "mainwindow.h"
 #include "screenshottour.h"
@@ -36,6 +37,7 @@ void describe(QCommandLineParser& parser, const Options& o)
 
 int main(int argc, char** argv)
 {
+    chatbench::prepareProcess(); // before anything starts CUDA
     const Options options;
     // --help and --version need no display: answer them before a window system is required.
     for (int i = 1; i < argc; ++i) {

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), configures and builds into build/ (override with CHATBENCH_BUILD_DIR).
 # Extra arguments go to CMake, e.g. scripts/build.sh -DCHATBENCH_GUI=OFF.
+# CHATBENCH_SKIP_SETUP=1 skips the setup step, for machines without a package registry whose
+# dependencies are already in place (CMAKE_PREFIX_PATH may point at them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+if [ "${CHATBENCH_SKIP_SETUP:-0}" != 1 ]; then
+  scripts/setup.sh
+fi
 BUILD="${CHATBENCH_BUILD_DIR:-build}"
 CACHE="${CHATBENCH_CACHE:-$HOME/.cache/chatbench}"
 export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"

@@ -18,6 +18,7 @@ class TestBench : public QObject {
 private Q_SLOTS:
     void smallRunOnCpu();
     void settingsRestoredWhenCancelledOrThrown();
+    void oneFailingCombinationKeepsTheRest();
 };
 
 void TestBench::smallRunOnCpu()
@@ -60,6 +61,11 @@ void TestBench::smallRunOnCpu()
         QVERIFY(row.gemmFraction > 0);
         QVERIFY(row.peakMemoryBytes > 0);
         QVERIFY(!row.energySource.empty());
+        // What ran is recorded: the probed LSTM dtype and the maths mode; warm-up ran until settled.
+        QCOMPARE(row.lstmDtype, std::string("float32"));
+        QVERIFY(!row.tf32);
+        QCOMPARE(precisionLabel(row), std::string("fp32"));
+        QVERIFY(row.warmupRuns >= 1 && row.warmupRuns <= (row.unit == BenchUnit::Epoch ? 1 : 11));
     }
     QCOMPARE(r.rows[0].unit, BenchUnit::TrainStep);
     QCOMPARE(r.rows[2].unit, BenchUnit::ReplyLatency);
@@ -117,11 +123,55 @@ void TestBench::settingsRestoredWhenCancelledOrThrown()
     QVERIFY(!r.notes.empty() && r.notes.back().find("cancelled") == 0);
     QVERIFY(settingsAreBack());
 
-    // A failure in the middle (here: the row callback throws) leaves the settings as they were.
+    // A failure in the middle (here: the row callback throws) costs that combination only and
+    // leaves the settings as they were.
+    at::globalContext().setAllowTF32CuDNN(true); // torch's default; the bench turns it off for fp32
     BenchCallbacks throwing;
-    throwing.onRow = [](const BenchRow&) { throw Error("stop here"); };
-    QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, corpus, throwing));
+    throwing.onRow = [](const BenchRow&) {
+        QVERIFY(!at::globalContext().allowTF32CuDNN(at::Float32Op::RNN));
+        throw Error("stop here");
+    };
+    const BenchReport failed = runBench(cfg, corpus, throwing);
+    QVERIFY(!failed.notes.empty());
+    QVERIFY2(failed.notes.back().find("skipped after an error: stop here") != std::string::npos,
+        failed.notes.back().c_str());
     QVERIFY(settingsAreBack());
+    QVERIFY(at::globalContext().allowTF32CuDNN(at::Float32Op::RNN));
+}
+
+// On a GPU one precision may run out of memory or miss a kernel; the report keeps every other
+// combination. Here the 1-thread CPU combination fails after its training rows.
+void TestBench::oneFailingCombinationKeepsTheRest()
+{
+    Corpus corpus;
+    for (int i = 0; i < 12; ++i)
+        corpus.pairs.push_back({ "question " + std::to_string(i), "answer " + std::to_string(i), "mem", 0 });
+    BenchConfig cfg;
+    cfg.preset = "quick";
+    cfg.batchSizes = { 2 };
+    cfg.threads = { 1, 2 };
+    cfg.repeats = 1;
+    cfg.warmup = 0;
+    cfg.replyLength = 2;
+    cfg.epoch = false;
+    int lastDone = 0, lastTotal = 0;
+    BenchCallbacks cb;
+    cb.onProgress = [&](const std::string& what, int done, int total) {
+        lastDone = done;
+        lastTotal = total;
+        if (torch::get_num_threads() == 1 && what.rfind("reply", 0) == 0)
+            throw std::runtime_error("injected failure\nwith a second line");
+    };
+    const BenchReport r = runBench(cfg, corpus, cb);
+    // 1 thread: its train_step row only; 2 threads: train_step, reply at 1 and 2, traced reply.
+    QCOMPARE(r.rows.size(), size_t(1 + 4));
+    QCOMPARE(r.rows[0].threads, 1);
+    QCOMPARE(r.rows[0].unit, BenchUnit::TrainStep);
+    for (size_t i = 1; i < r.rows.size(); ++i)
+        QCOMPARE(r.rows[i].threads, 2);
+    QCOMPARE(r.notes.size(), size_t(1));
+    QCOMPARE(r.notes[0], std::string("cpu fp32 1 thread(s): skipped after an error: injected failure"));
+    QCOMPARE(lastDone, lastTotal); // progress still reaches the end
 }
 
 QTEST_GUILESS_MAIN(TestBench)

@@ -18,6 +18,8 @@ private Q_SLOTS:
     void flopsMatchHandCount();
     void summaryStatistics();
     void harnessSynchronisesAndSkipsWarmup();
+    void warmUpRunsUntilTimingsSettle();
+    void precisionLabelSaysWhatRan();
     void reportRoundTrip();
     void workloadsGroupLikeWithLike();
     void badReports_data();
@@ -78,6 +80,55 @@ void TestBenchReport::harnessSynchronisesAndSkipsWarmup()
     calls = 1;
     const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
     QCOMPARE(unsynced.median, 0.0);
+}
+
+void TestBenchReport::warmUpRunsUntilTimingsSettle()
+{
+    // A GPU ramping its clocks up: each run faster until the clock tops out at 0.2 s a run.
+    const std::vector<double> ramp = { 1.0, 0.6, 0.4, 0.3, 0.25, 0.21, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2 };
+    double clock = 0, queued = 0;
+    size_t calls = 0;
+    const BenchClock device { [&] { return clock; },
+        [&] {
+            clock += queued;
+            queued = 0;
+        } };
+    auto work = [&] { queued += ramp[std::min(calls++, ramp.size() - 1)]; };
+    // At least 2 runs, then until two in a row agree within 5%: 0.21 → 0.2 (4.8%) after 7 runs.
+    QCOMPARE(warmUp(work, 2, 20, 0.05, device), 7);
+    const Timing t = timeRepeated(work, 0, 3, device);
+    for (double x : t.samples)
+        QCOMPARE(x, 0.2); // a fixed count of 2 would have timed 0.4, 0.3 and 0.25
+    calls = 0;
+    QCOMPARE(warmUp(work, 2, 4, 0.05, device), 4); // capped
+    calls = 0;
+    QCOMPARE(warmUp(work, 0, 4, 0.05, device), 0); // none asked for
+    QCOMPARE(calls, size_t(0));
+    calls = 8;
+    QCOMPARE(warmUp(work, 1, 10, 0.05, device), 2); // already settled: the minimum plus one to compare
+}
+
+void TestBenchReport::precisionLabelSaysWhatRan()
+{
+    BenchRow row;
+    row.precision = BenchPrecision::BF16;
+    QCOMPARE(precisionLabel(row), std::string("bf16")); // an old report: nothing probed
+    row.lstmDtype = "bfloat16";
+    QCOMPARE(precisionLabel(row), std::string("bf16"));
+    row.lstmDtype = "float16"; // cuDNN ran the LSTM in half under bf16 autocast
+    QCOMPARE(precisionLabel(row), std::string("bf16 (LSTM fp16)"));
+    row.lstmDtype = "encoder float32, decoder bfloat16"; // CPU autocast leaves the packed encoder alone
+    QCOMPARE(precisionLabel(row), std::string("bf16 (LSTM fp32/bf16)"));
+    QCOMPARE(lstmRanShort(row), std::string("fp32/bf16"));
+    row.precision = BenchPrecision::FP32;
+    row.lstmDtype = "float32";
+    row.tf32 = true;
+    QCOMPARE(precisionLabel(row), std::string("fp32 (TF32 maths)"));
+    QCOMPARE(lstmRanShort(row), std::string("tf32"));
+    row.precision = BenchPrecision::TF32;
+    QCOMPARE(precisionLabel(row), std::string("tf32"));
+    row.tf32 = false;
+    QCOMPARE(precisionLabel(row), std::string("tf32 (TF32 off)"));
 }
 
 void TestBenchReport::workloadsGroupLikeWithLike()
@@ -160,6 +211,8 @@ void TestBenchReport::reportRoundTrip()
     row.peakMemoryBytes = 123456789;
     row.energyJoules = 1.5;
     row.energySource = "nvml";
+    row.warmupRuns = 7;
+    row.lstmDtype = "float16";
     r.rows = { row };
     row.unit = BenchUnit::ReplyLatency;
     row.energyJoules = -1;
@@ -173,6 +226,8 @@ void TestBenchReport::reportRoundTrip()
     QCOMPARE(back.rows.size(), size_t(2));
     QCOMPARE(back.rows[0].time.median, 0.011);
     QCOMPARE(back.rows[1].energyJoules, -1.0);
+    QCOMPARE(back.rows[0].warmupRuns, 7);
+    QCOMPARE(back.rows[0].lstmDtype, std::string("float16"));
     QVERIFY(std::isnan(back.races[0].points[1].validationLoss));
     QCOMPARE(back.schemaVersion, BenchReport::kSchemaVersion);
 }

@@ -330,6 +330,7 @@ void TestCli::corruptRunFilesAndTwoWriters()
 
 void TestCli::doctor()
 {
+    qunsetenv("CUBLAS_WORKSPACE_CONFIG"); // the CLI sets it itself
     const Run r = cli({ "doctor" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("torch        2."));
@@ -339,11 +340,26 @@ void TestCli::doctor()
     const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
     QVERIFY(o["cuda_built"].toBool());
     QVERIFY(o["handoff"].toObject()["healthy"].toBool());
+    QVERIFY(o["healthy"].toBool());
+    // Set at process start, before CUDA can initialise: deterministic cuBLAS needs it then.
+    QCOMPARE(o["cublas_workspace_config"].toString(), QString(":4096:8"));
+    QVERIFY(r.out.contains("CUBLAS_WORKSPACE_CONFIG :4096:8"));
     // No GPU here: the CPU↔CUDA parity check says it was skipped and why.
     if (!o["cuda_available"].toBool()) {
         QVERIFY(r.out.contains("parity       skipped: no CUDA device available"));
         QVERIFY(o["cpu_cuda_parity"].toObject().contains("skipped"));
+    } else {
+        QVERIFY2(o["cpu_cuda_parity"].toObject()["passed"].toBool(), qPrintable(j.out));
     }
+    // A user's own setting is kept.
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("CUBLAS_WORKSPACE_CONFIG", ":16:8");
+    p.setProcessEnvironment(env);
+    p.start(CHATBENCH_CLI, { "doctor", "--json" });
+    QVERIFY(p.waitForFinished(300000));
+    QCOMPARE(QJsonDocument::fromJson(p.readAllStandardOutput()).object()["cublas_workspace_config"].toString(),
+        QString(":16:8"));
 }
 
 void TestCli::bench()

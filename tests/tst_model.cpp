@@ -2,10 +2,15 @@
 // the encoder handoff at the true last token whatever the padding, and batching with masks.
 
 #include "batches.h"
+#include "bench_probes.h"
+#include "chatbench/doctor.h"
+#include "checkpoint.h"
 #include "maskedlstm.h"
 #include "model.h"
 #include "projectedloss.h"
+#include "trainstep.h"
 
+#include <QTemporaryDir>
 #include <QTest>
 
 #include <cmath>
@@ -44,6 +49,38 @@ void fillPattern(torch::nn::Module& m)
     }
 }
 
+// Three short pairs as ids of tinyConfig's vocabulary (9 words).
+std::vector<Example> tinyExamples()
+{
+    return { { { 4, 5, 6 }, { 2, 7, 8, 3 } }, { { 5, 4 }, { 2, 8, 3 } }, { { 6 }, { 2, 7, 7, 8, 3 } } };
+}
+
+TrainConfig tinyTraining()
+{
+    TrainConfig cfg = preset("quick");
+    cfg.model = tinyConfig();
+    cfg.model.hidden = 5;
+    cfg.model.dropout = 0;
+    cfg.seed = 7;
+    return cfg;
+}
+
+std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& params)
+{
+    std::vector<torch::Tensor> out;
+    for (const auto& p : params)
+        out.push_back(p.detach().clone());
+    return out;
+}
+
+bool sameTensors(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b)
+{
+    for (size_t i = 0; i < a.size(); ++i)
+        if (!torch::equal(a[i], b[i]))
+            return false;
+    return a.size() == b.size();
+}
+
 std::vector<double> vec(const torch::Tensor& t)
 {
     auto f = t.to(torch::kFloat64).contiguous().view({ -1 });
@@ -59,6 +96,7 @@ private Q_SLOTS:
     void lstmStepMatchesHandComputedReference();
     void handoffIsAtTrueLastToken();
     void attentionIgnoresPadding();
+    void attentionWorksInHalfPrecision();
     void planCoversEveryExampleOnce();
     void collatePadsPerBatchWithMasks();
     void bucketingReducesPadding();
@@ -66,6 +104,12 @@ private Q_SLOTS:
     void maskedLstmMatchesTorchLstm();
     void maskedModelTrainsLikeTorchModel();
     void projectedLossMatchesLinearCrossEntropy();
+    void lossScalingSkipsOverflowedSteps();
+    void lossScaleDoublesAfter2000GoodSteps();
+    void checkpointKeepsTheGeneratorState();
+    void stepSeedTouchesOnlyTheCpuGenerator();
+    void parityVerdict();
+    void gpuUuidAsNvmlNamesIt();
 };
 
 void TestModel::lstmStepMatchesHandComputedReference()
@@ -165,6 +209,40 @@ void TestModel::attentionIgnoresPadding()
     QCOMPARE(b.attention.size(2), int64_t(4));
     QCOMPARE(b.attention[0][0][2].item<double>(), 0.0); // no weight on padding
     QVERIFY(std::abs(b.attention[0][1].sum().item<double>() - 1.0) < 1e-6);
+}
+
+// fp16 autocast on a GPU makes the attention scores half; filling padding with -1e9 threw there.
+// The CPU runs the same code on a model converted to half.
+void TestModel::attentionWorksInHalfPrecision()
+{
+    torch::manual_seed(4);
+    ModelConfig cfg = tinyConfig();
+    cfg.hidden = 6;
+    cfg.attention = true;
+    Seq2Seq model(cfg);
+    model->eval();
+    torch::NoGradGuard noGrad;
+    auto src = torch::tensor({ { 5, 6, 0, 0 }, { 3, 4, 7, 8 } });
+    auto lengths = torch::tensor({ 2, 4 });
+    auto input = torch::tensor({ { 2, 4 }, { 2, 5 } });
+    auto encFull = model->encode(src, lengths);
+    auto full = model->decode(input, encFull.h, encFull.c, encFull);
+
+    model->to(torch::kHalf);
+    auto enc = model->encode(src, lengths);
+    QCOMPARE(enc.outputs.scalar_type(), torch::kHalf);
+    DecoderOutput half;
+    try {
+        half = model->decode(input, enc.h, enc.c, enc);
+    } catch (const std::exception& e) {
+        QFAIL(e.what());
+    }
+    QVERIFY(torch::isfinite(half.logits).all().item<bool>());
+    QCOMPARE(half.attention[0][0][2].item<double>(), 0.0); // padding gets no weight
+    QCOMPARE(half.attention[0][1][3].item<double>(), 0.0);
+    QVERIFY(std::abs(half.attention[1][1].sum().item<double>() - 1.0) < 1e-3);
+    // The same answer as in fp32, to half's precision.
+    QVERIFY((half.logits.to(torch::kFloat32) - full.logits).abs().max().item<double>() < 2e-2);
 }
 
 void TestModel::planCoversEveryExampleOnce()
@@ -331,6 +409,160 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
     QVERIFY((h2.grad() - h1.grad()).abs().max().item<double>() < 1e-5);
     QVERIFY((w2.grad() - w1.grad()).abs().max().item<double>() < 1e-4);
     QVERIFY((b2.grad() - b1.grad()).abs().max().item<double>() < 1e-4);
+}
+
+// fp16 training overflows at too large a loss scale; the CPU stands in with an fp32 model, loss
+// scaling switched on and a scale beyond fp32's range, so the gradients overflow.
+void TestModel::lossScalingSkipsOverflowedSteps()
+{
+    const auto examples = tinyExamples();
+    const Batch batch = collate(examples, { 0, 1, 2 }, torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    s.lossScaling = true;
+    s.lossScale = 1e39;
+    s.goodSteps = 17;
+    const auto before = copies(s.model->parameters());
+    const StepOutcome skipped = trainStep(s, batch);
+    QVERIFY(!skipped.applied);
+    QCOMPARE(s.lossScale, 5e38); // halved
+    QCOMPARE(s.goodSteps, int64_t(0));
+    QVERIFY(sameTensors(before, copies(s.model->parameters()))); // weights untouched
+
+    // The epoch's loss counts applied steps only (a skipped step's loss may be infinite).
+    double sum = 0;
+    int64_t tokens = 0;
+    StepOutcome overflowed = skipped;
+    overflowed.lossSum = INFINITY;
+    countStep(sum, tokens, overflowed, batch.tokens);
+    QCOMPARE(sum, 0.0);
+    QCOMPARE(tokens, int64_t(0));
+
+    s.lossScale = 1024;
+    const StepOutcome good = trainStep(s, batch);
+    QVERIFY(good.applied);
+    QVERIFY(std::isfinite(good.lossSum));
+    QVERIFY(!sameTensors(before, copies(s.model->parameters())));
+    QCOMPARE(s.goodSteps, int64_t(1));
+    countStep(sum, tokens, good, batch.tokens);
+    QCOMPARE(sum, good.lossSum);
+    QCOMPARE(tokens, batch.tokens);
+
+    // A scaled step updates the weights as an unscaled one does (the scale is a power of two).
+    Stepper plain = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    const StepOutcome unscaled = trainStep(plain, batch);
+    QCOMPARE(unscaled.lossSum, good.lossSum);
+    const auto a = copies(s.model->parameters()), b = copies(plain.model->parameters());
+    for (size_t i = 0; i < a.size(); ++i)
+        QVERIFY((a[i] - b[i]).abs().max().item<double>() < 1e-6);
+}
+
+void TestModel::lossScaleDoublesAfter2000GoodSteps()
+{
+    const auto examples = tinyExamples();
+    const Batch batch = collate(examples, { 0, 1, 2 }, torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    s.lossScaling = true;
+    s.lossScale = 512;
+    s.goodSteps = 1998; // as restored from state.json after a resume
+    QVERIFY(trainStep(s, batch).applied);
+    QCOMPARE(s.lossScale, 512.0);
+    QVERIFY(trainStep(s, batch).applied);
+    QCOMPARE(s.lossScale, 1024.0); // the 2000th good step in a row
+
+    // The counter travels in state.json: a resumed run doubles at the same step.
+    QTemporaryDir dir;
+    RunState st;
+    st.checkpoint = checkpointName(0);
+    st.lossScale = 512;
+    st.lossScaleGoodSteps = 1999;
+    saveState(dir.path().toStdString(), st);
+    const RunState back = loadState(dir.path().toStdString());
+    QCOMPARE(back.lossScaleGoodSteps, int64_t(1999));
+    QCOMPARE(back.lossScale, 512.0);
+}
+
+// Resuming continues the training device's random stream from the checkpoint (on a GPU, where the
+// generator is not reseeded each step, that is what makes dropout repeat); the CPU stands in.
+void TestModel::checkpointKeepsTheGeneratorState()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    torch::manual_seed(99);
+    (void)torch::rand({ 3 });
+    RunState st;
+    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    const auto next = torch::rand({ 5 }); // what the saved stream gives next
+
+    (void)torch::rand({ 11 }); // the stream moves on
+    loadCheckpoint(run, st, s.model, s.optimizer.get());
+    QVERIFY(torch::equal(torch::rand({ 5 }), next));
+
+    // Chat (no optimizer) leaves the process' stream alone.
+    (void)torch::rand({ 11 });
+    const auto expected = rngState(torch::kCPU).clone();
+    loadCheckpoint(run, st, s.model, nullptr);
+    QVERIFY(torch::equal(rngState(torch::kCPU), expected));
+}
+
+void TestModel::stepSeedTouchesOnlyTheCpuGenerator()
+{
+    seedStep(42, 10);
+    const auto a = torch::rand({ 4 });
+    (void)torch::rand({ 7 });
+    seedStep(42, 10);
+    QVERIFY(torch::equal(torch::rand({ 4 }), a)); // repeatable from (seed, step)
+    seedStep(42, 11);
+    QVERIFY(!torch::equal(torch::rand({ 4 }), a));
+    // The formula the step seed follows (a resumed run must get the same numbers).
+    QCOMPARE(at::detail::getDefaultCPUGenerator().current_seed(), uint64_t(42 + 0x9E3779B97F4A7C15ULL * 12));
+}
+
+void TestModel::parityVerdict()
+{
+    // Two replies of two steps over a vocabulary of 4, as two devices would give them.
+    auto reply = [](std::vector<std::vector<float>> logits, std::vector<int64_t> chosen) {
+        Reply r;
+        for (size_t t = 0; t < logits.size(); ++t) {
+            DecoderStep st;
+            st.logits = logits[t];
+            st.chosenId = chosen[t];
+            r.trace.steps.push_back(st);
+        }
+        r.ids = chosen;
+        return r;
+    };
+    const Reply cpu = reply({ { 5.0f, 1.0f, 0.5f, -2.0f }, { 0.1f, 4.0f, 3.0f, 0.0f } }, { 0, 1 });
+
+    DoctorParity same = compareParity(cpu, cpu, false);
+    QVERIFY(same.passed);
+    QCOMPARE(same.maxLogitDiff, 0.0);
+    QVERIFY(same.repliesAgree);
+    QCOMPARE(same.tolerance, 5e-4); // 1e-4 × the largest logit
+
+    // 2e-3 apart: beyond IEEE fp32's tolerance, within TF32's.
+    const Reply off = reply({ { 5.002f, 1.0f, 0.5f, -2.0f }, { 0.1f, 4.0f, 3.0f, 0.0f } }, { 0, 1 });
+    QVERIFY(!compareParity(cpu, off, false).passed);
+    QVERIFY(compareParity(cpu, off, false).verdict.find("FAIL") != std::string::npos);
+    QVERIFY(compareParity(cpu, off, true).passed);
+
+    // Replies that part where the first device's top two are far apart: a real disagreement.
+    const Reply parted = reply({ { 5.0f, 1.0f, 0.5f, -2.0f }, { 0.1f, 4.0f, 3.0f, 0.0f } }, { 0, 2 });
+    QVERIFY(!compareParity(cpu, parted, true).passed);
+    // ... and where they are a near tie: rounding may pick either.
+    const Reply tieCpu = reply({ { 5.0f, 1.0f, 0.5f, -2.0f }, { 0.1f, 4.0f, 3.99999f, 0.0f } }, { 0, 1 });
+    const Reply tieGpu = reply({ { 5.0f, 1.0f, 0.5f, -2.0f }, { 0.1f, 3.99999f, 4.0f, 0.0f } }, { 0, 2 });
+    const DoctorParity tie = compareParity(tieCpu, tieGpu, false);
+    QVERIFY2(tie.passed, tie.verdict.c_str());
+    QVERIFY(!tie.repliesAgree);
+    QVERIFY(!compareParity(Reply {}, Reply {}, false).passed); // nothing compared is no pass
+}
+
+void TestModel::gpuUuidAsNvmlNamesIt()
+{
+    const unsigned char bytes[16]
+        = { 0x3f, 0x1a, 0x00, 0xff, 0x12, 0x34, 0xab, 0xcd, 0x01, 0x02, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54 };
+    QCOMPARE(nvmlUuid(bytes), std::string("GPU-3f1a00ff-1234-abcd-0102-fedcba987654"));
 }
 
 QTEST_GUILESS_MAIN(TestModel)

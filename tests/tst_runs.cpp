@@ -207,6 +207,8 @@ void TestRuns::stateFieldsAreRangeChecked_data()
                                    << "-2";
     QTest::newRow("zero loss scale") << "loss_scale"
                                      << "0";
+    QTest::newRow("negative loss-scale counter") << "loss_scale_good_steps"
+                                                 << "-1";
     QTest::newRow("negative patience count") << "bad_epochs"
                                              << "-4";
 }

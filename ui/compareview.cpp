@@ -607,7 +607,7 @@ void CompareView::refresh()
             m_table->setItem(r, 0, new QTableWidgetItem(s.label));
             m_table->setItem(r, 1, workload);
             m_table->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(x.device)));
-            m_table->setItem(r, 3, new QTableWidgetItem(QString::fromStdString(benchPrecisionName(x.precision))));
+            m_table->setItem(r, 3, new QTableWidgetItem(QString::fromStdString(precisionLabel(x)))); // as it ran
             m_table->setItem(r, 4, num(x.threads, 0));
             m_table->setItem(r, 5, num(x.batch, 0));
             m_table->setItem(r, 6, new QTableWidgetItem(QString::fromStdString(benchUnitName(x.unit))));

@@ -35,16 +35,17 @@ void printTable(const BenchReport& r, const BenchConfig& cfg)
     std::cout << r.label << " · torch " << r.machine.torch << " · preset " << r.preset << " (E=" << r.model.embedDim
               << ", H=" << r.model.hidden << ", layers " << r.model.layers << ", V=" << r.model.vocabSize << ") · "
               << r.corpusPairs << " pairs\n\n";
-    std::cout << std::left << std::setw(8) << "device" << std::setw(6) << "prec" << std::right << std::setw(4) << "thr"
-              << std::setw(7) << "batch"
+    std::cout << std::left << std::setw(8) << "device" << std::setw(6) << "prec" << std::setw(10) << "LSTM ran"
+              << std::right << std::setw(4) << "thr" << std::setw(7) << "batch"
               << "  " << std::left << std::setw(17) << "unit" << std::right << std::setw(11) << "median ms"
               << std::setw(20) << "p10–p90 ms" << std::setw(12) << "tokens/s" << std::setw(10) << "GFLOP/s"
               << std::setw(8) << "%GEMM" << std::setw(10) << "peak MiB" << std::setw(10) << "energy J"
               << "\n";
     for (const auto& x : r.rows) {
+        const std::string ran = lstmRanShort(x);
         std::cout << std::left << std::setw(8) << x.device << std::setw(6) << benchPrecisionName(x.precision)
-                  << std::right << std::setw(4) << x.threads << std::setw(7) << x.batch << "  " << std::left
-                  << std::setw(17) << benchUnitName(x.unit) << std::right << std::setw(11)
+                  << std::setw(10) << ran << std::right << std::setw(4) << x.threads << std::setw(7) << x.batch << "  "
+                  << std::left << std::setw(17) << benchUnitName(x.unit) << std::right << std::setw(11)
                   << fixed(1e3 * x.time.median, 2) << std::setw(20)
                   << (fixed(1e3 * x.time.p10, 2) + "–" + fixed(1e3 * x.time.p90, 2)) << std::setw(12)
                   << fixed(x.tokensPerSecond, 0) << std::setw(10) << fixed(x.gflops, 2) << std::setw(8)
@@ -67,8 +68,12 @@ void printTable(const BenchReport& r, const BenchConfig& cfg)
                       << fixed(c.points.back().loss, 4) << "\n";
     for (const auto& n : r.notes)
         std::cout << "note: " << n << "\n";
-    std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource) << "; times are medians of "
-              << cfg.repeats << " runs after " << cfg.warmup << " warm-up run(s)\n";
+    std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource)
+              << " (timed runs only); times are medians of " << cfg.repeats
+              << " runs after warm-up until two runs agree "
+              << "within 5% (at least " << cfg.warmup << " run(s))\n"
+              << "LSTM ran: the dtype the LSTMs produced (probed; encoder/decoder when they differ); tf32 = fp32 with "
+                 "TF32 tensor-core maths allowed\n";
 }
 
 int run(BenchArgs a)

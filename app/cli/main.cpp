@@ -1,6 +1,7 @@
 // chatbench-cli: the headless workbench. Each command lives in its own file and adds itself to
 // the parser; this file only assembles them and turns errors into one message and an exit code.
 
+#include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "common.h"
 
@@ -10,6 +11,7 @@
 
 int main(int argc, char** argv)
 {
+    chatbench::prepareProcess(); // before anything starts CUDA
     CLI::App app { "chatbench-cli — train LSTM seq2seq chatbots and see the encoder→decoder state handoff" };
     app.require_subcommand(1);
     app.set_version_flag("--version", "chatbench 0.1.0");

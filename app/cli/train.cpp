@@ -32,7 +32,8 @@ struct TrainArgs {
     std::optional<double> lr, dropout, teacherForcing, clip, valFraction;
     std::optional<uint64_t> seed;
     std::optional<std::string> optimizer, device, precision, tokenizer;
-    bool attention = false, noAttention = false, sharedEmbedding = false, nondeterministic = false, noBucketing = false;
+    bool attention = false, noAttention = false, sharedEmbedding = false, nondeterministic = false, noBucketing = false,
+         tf32 = false;
 };
 
 // The preset, then every option the user gave.
@@ -77,6 +78,8 @@ TrainConfig configFrom(const TrainArgs& a)
         c.model.sharedEmbedding = true;
     if (a.nondeterministic)
         c.deterministic = false;
+    if (a.tf32)
+        c.tf32 = true;
     if (a.noBucketing)
         c.bucketing = false;
     c.corpus = a.corpus;
@@ -177,6 +180,7 @@ void addTrainCommand(CLI::App& app, int& exitCode)
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--device", a->device, "cpu, cuda, cuda:N");
     cmd->add_option("--precision", a->precision, joinNames(precisionNames()))->check(oneOf(precisionNames()));
+    cmd->add_flag("--tf32", a->tf32, "CUDA fp32: allow TF32 tensor-core maths (matmuls and cuDNN's LSTM)");
     cmd->add_option("--threads", a->threads, "CPU threads (0 = default)");
     cmd->add_option("--min-freq", a->minFreq, "Minimum word frequency");
     cmd->add_option("--max-vocab", a->maxVocab, "Vocabulary size limit (0 = none)");

@@ -11,6 +11,8 @@
 #include "tracedreply.h"
 #include "trainstep.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -49,9 +51,52 @@ double batchFlops(const ModelConfig& m, const Batch& b, int64_t steps, bool trai
 
 BenchClock clockFor(const torch::Device& dev)
 {
-    if (dev.is_cuda())
-        return { steadySeconds, [] { torch::cuda::synchronize(); } };
+    if (dev.is_cuda()) // the device being timed, whichever is current
+        return { steadySeconds, [index = dev.index()] { torch::cuda::synchronize(index); } };
     return { steadySeconds, [] {} };
+}
+
+// Every math-mode switch a row depends on, set explicitly. torch 2.11's defaults differ between
+// libraries: cuBLAS matmuls run IEEE fp32 but cuDNN (its LSTM included) runs TF32, so an "fp32"
+// row would time a TF32 LSTM. fp32, bf16 and fp16 rows: TF32 off everywhere (what autocast keeps
+// in fp32 stays IEEE); tf32 rows: on for cuBLAS and cuDNN.
+void setMathModes(BenchPrecision precision)
+{
+    setTf32(precision == BenchPrecision::TF32);
+}
+
+bool tf32Allowed(const torch::Device& dev)
+{
+    const auto& ctx = at::globalContext();
+    return dev.is_cuda() && ctx.allowTF32CuBLAS() && ctx.allowTF32CuDNN(at::Float32Op::RNN);
+}
+
+std::string dtypeName(c10::ScalarType type)
+{
+    switch (type) {
+    case torch::kFloat32: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: return c10::toString(type);
+    }
+}
+
+// The dtype the model's LSTMs produce on this batch under the row's autocast: what ran, as
+// autocast and the libraries decide, not what was asked for. One name when the encoder (packed
+// sequences) and the decoder agree, "encoder X, decoder Y" when they do not.
+std::string lstmDtype(Seq2Seq& model, const Batch& b, const torch::Device& dev, Precision p)
+{
+    torch::NoGradGuard g;
+    const bool wasTraining = model->is_training();
+    model->eval();
+    AutocastScope autocast(dev, p);
+    const EncoderOutput enc = model->encode(b.source, b.lengths);
+    const DecoderOutput dec = model->decodeHidden(b.input, enc.h, enc.c, enc);
+    model->train(wasTraining);
+    const std::string e = dtypeName(enc.outputs.scalar_type());
+    // With attention the decoder's top is the combine layer's output; its LSTM state is what ran.
+    const std::string d = dtypeName(dec.h.scalar_type());
+    return e == d ? e : "encoder " + e + ", decoder " + d;
 }
 
 // The process-wide settings a benchmark changes (threads, determinism, TF32), put back however
@@ -64,6 +109,7 @@ public:
         , m_warnOnly(at::globalContext().deterministicAlgorithmsWarnOnly())
         , m_fill(at::globalContext().deterministicFillUninitializedMemory())
         , m_tf32(at::globalContext().allowTF32CuBLAS())
+        , m_tf32Cudnn(at::globalContext().allowTF32CuDNN(at::Float32Op::RNN))
     {
     }
     ~SettingsGuard()
@@ -72,6 +118,7 @@ public:
         at::globalContext().setDeterministicAlgorithms(m_deterministic, m_warnOnly);
         at::globalContext().setDeterministicFillUninitializedMemory(m_fill);
         at::globalContext().setAllowTF32CuBLAS(m_tf32);
+        at::globalContext().setAllowTF32CuDNN(m_tf32Cudnn);
     }
     SettingsGuard(const SettingsGuard&) = delete;
     SettingsGuard& operator=(const SettingsGuard&) = delete;
@@ -83,6 +130,7 @@ private:
     bool m_warnOnly;
     bool m_fill;
     bool m_tf32;
+    bool m_tf32Cudnn;
 };
 
 // ---- the units ----------------------------------------------------------------------------------
@@ -96,6 +144,8 @@ struct Bench {
     const Tokenizer* tok = nullptr; // the examples' vocabulary (words for the traced reply)
     int done = 0;
     int total = 0;
+    static constexpr double kSettle = 0.05; // warm-up ends when two runs agree within 5%
+    int maxWarmup() const { return cfg.warmup > 0 ? cfg.warmup + 10 : 0; }
 
     // The chat pane's traced reply is timed where chat runs it on the fast path.
     static bool tracesFast(const torch::Device& dev, BenchPrecision p, const ModelConfig& m)
@@ -132,9 +182,14 @@ struct Bench {
         return gflops;
     }
 
+    std::string ranDtype {}; // the combination's probed LSTM dtype
+    bool ranTf32 = false;
+
     BenchRow row(const torch::Device& dev, BenchPrecision precision, int threads, int batch, BenchUnit unit)
     {
         BenchRow r;
+        r.lstmDtype = ranDtype;
+        r.tf32 = ranTf32;
         r.device = dev.str();
         r.precision = precision;
         r.threads = dev.is_cpu() ? threads : 0;
@@ -152,14 +207,18 @@ struct Bench {
         ++done;
     }
 
-    // Measures `work` with memory and energy around the timed repetitions.
-    template <typename Work> Timing measure(const torch::Device& dev, Work&& work, int warmup, int repeats, BenchRow& r)
+    // Warms `work` up until its timings settle, then measures it with memory and energy around
+    // the timed repetitions only.
+    template <typename Work>
+    Timing measure(const torch::Device& dev, Work&& work, int warmup, int maxWarmup, int repeats, BenchRow& r)
     {
         MemoryProbe mem(dev);
         EnergyMeter energy(dev);
+        const BenchClock clock = clockFor(dev);
+        r.warmupRuns = warmUp(work, warmup, maxWarmup, kSettle, clock);
         mem.reset();
         const double e0 = energy.joules();
-        Timing t = timeRepeated(work, warmup, repeats, clockFor(dev));
+        Timing t = timeRepeated(work, 0, repeats, clock);
         const double e1 = energy.joules();
         r.peakMemoryBytes = mem.peak();
         r.energySource = energy.source();
@@ -172,8 +231,8 @@ struct Bench {
     {
         const Precision p = trainingPrecision(precision);
         const std::string label = dev.str() + " " + benchPrecisionName(precision);
-        if (dev.is_cuda())
-            at::globalContext().setAllowTF32CuBLAS(precision == BenchPrecision::TF32); // put back by SettingsGuard
+        setMathModes(precision); // put back by SettingsGuard
+        const bool tf32 = tf32Allowed(dev);
         const int usedThreads = torch::get_num_threads();
         const double ceiling = gemm(dev, precision);
 
@@ -183,6 +242,8 @@ struct Bench {
         Stepper stepper = makeStepper(stepCfg, dev, p);
         Seq2Seq& model = stepper.model;
         auto trainOnce = [&](const Batch& b) { (void)trainStep(stepper, b); };
+        ranDtype = lstmDtype(model, collate(examples, pick(2), dev), dev, p);
+        ranTf32 = tf32;
         // Greedy replies for B prompts, exactly replyLength decoder steps (no early stop).
         auto reply = [&](const Batch& b) {
             torch::NoGradGuard g;
@@ -208,7 +269,7 @@ struct Bench {
             Batch b = collate(examples, pick(B), dev);
             BenchRow r = row(dev, precision, usedThreads, B, BenchUnit::TrainStep);
             r.time = measure(
-                dev, [&] { trainOnce(b); }, cfg.warmup, cfg.repeats, r);
+                dev, [&] { trainOnce(b); }, cfg.warmup, maxWarmup(), cfg.repeats, r);
             r.tokensPerSecond = static_cast<double>(b.tokens) / r.time.median;
             r.gflops = batchFlops(train.model, b, b.input.size(1), true) / r.time.median / 1e9;
             emit(r, ceiling);
@@ -230,10 +291,10 @@ struct Bench {
                 const std::vector<int64_t>& source = examples[pick(1).front()].source;
                 r.time = measure(
                     dev, [&] { (void)fast.reply(source, cfg.replyLength, /*stopAtEnd=*/false); }, cfg.warmup,
-                    cfg.repeats, r);
+                    maxWarmup(), cfg.repeats, r);
             } else {
                 r.time = measure(
-                    dev, [&] { reply(b); }, cfg.warmup, cfg.repeats, r);
+                    dev, [&] { reply(b); }, cfg.warmup, maxWarmup(), cfg.repeats, r);
             }
             r.tokensPerSecond = static_cast<double>(B) * cfg.replyLength / r.time.median;
             r.gflops = batchFlops(train.model, b, cfg.replyLength, false) / r.time.median / 1e9;
@@ -254,7 +315,7 @@ struct Bench {
                     Reply rep;
                     tracedReply(fast, *model, *tok, source, opt, cfg.replyLength, /*stopAtEnd=*/false, rep);
                 },
-                cfg.warmup, cfg.repeats, r);
+                cfg.warmup, maxWarmup(), cfg.repeats, r);
             r.tokensPerSecond = static_cast<double>(cfg.replyLength) / r.time.median;
             r.gflops = batchFlops(train.model, collate(examples, pick(1), dev), cfg.replyLength, false) / r.time.median
                 / 1e9;
@@ -276,7 +337,9 @@ struct Bench {
                     for (const auto& b : all)
                         trainOnce(b);
                 },
-                /*warmup=*/0, std::max(1, std::min(cfg.repeats, 3)), r); // the step units above warmed every kernel up
+                // One epoch of warm-up at least (two at most, it is the longest unit): the step units
+                // warmed the kernels up, but not for every batch shape of the corpus.
+                std::min(cfg.warmup, 1), std::min(cfg.warmup, 2), std::max(1, std::min(cfg.repeats, 3)), r);
             r.tokensPerSecond = static_cast<double>(tokens) / r.time.median;
             double flops = 0;
             for (const auto& b : all)
@@ -290,6 +353,7 @@ struct Bench {
     {
         progress("race " + device + " " + benchPrecisionName(precision));
         TrainConfig rc = train;
+        rc.tf32 = precision == BenchPrecision::TF32;
         rc.epochs = cfg.raceEpochs;
         rc.device = device;
         rc.precision = trainingPrecision(precision);
@@ -320,6 +384,17 @@ struct Bench {
         ++done;
     }
 };
+
+std::string firstLine(const std::string& what)
+{
+    return what.substr(0, what.find('\n'));
+}
+
+void releaseCachedMemory(const torch::Device& dev)
+{
+    if (dev.is_cuda())
+        c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 } // namespace
 
@@ -428,15 +503,34 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
         for (const auto& c : combos) {
             if (bench.cancelled())
                 break;
-            torch::set_num_threads(c.threads > 0 ? c.threads : settings.threads());
-            bench.runCombo(c.dev, c.precision);
+            const int threads = c.threads > 0 ? c.threads : settings.threads();
+            torch::set_num_threads(threads);
+            const int doneBefore = bench.done;
+            try {
+                bench.runCombo(c.dev, c.precision);
+            } catch (const std::exception& e) {
+                // One combination failing (out of memory, a kernel missing for this dtype) costs
+                // that combination only: its rows so far stay, the rest of the report is measured.
+                const std::string who = c.dev.str() + " " + benchPrecisionName(c.precision)
+                    + (c.dev.is_cpu() ? " " + std::to_string(threads) + " thread(s)" : "");
+                report.notes.push_back(who + ": skipped after an error: " + firstLine(e.what()));
+                bench.done = doneBefore + perCombo + (Bench::tracesFast(c.dev, c.precision, bench.train.model) ? 1 : 0);
+                releaseCachedMemory(c.dev);
+            }
         }
     }
     for (const auto& [dev, prec] : raceRuns) {
         if (bench.cancelled())
             break;
         const SettingsGuard settings; // training sets threads and determinism for the process
-        bench.race(corpus, dev, prec, 0);
+        try {
+            bench.race(corpus, dev, prec, 0); // training sets its own maths mode (TrainConfig::tf32)
+        } catch (const std::exception& e) {
+            report.notes.push_back(
+                "race " + dev + " " + benchPrecisionName(prec) + ": skipped after an error: " + firstLine(e.what()));
+            ++bench.done;
+            releaseCachedMemory(parseDevice(dev));
+        }
     }
     if (bench.cancelled())
         report.notes.push_back("cancelled before the end: the report holds what was measured");

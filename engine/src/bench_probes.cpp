@@ -6,12 +6,18 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include <cstdio>
 #include <ctime>
 #include <dlfcn.h>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#if __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+#define CHATBENCH_HAVE_CUDART 1
+#endif
 
 namespace chatbench {
 
@@ -42,23 +48,41 @@ int64_t MemoryProbe::peak() const
     return 0;
 }
 
+std::string nvmlUuid(const unsigned char bytes[16])
+{
+    char out[64];
+    std::snprintf(out, sizeof out, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", bytes[0],
+        bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11],
+        bytes[12], bytes[13], bytes[14], bytes[15]);
+    return out;
+}
+
 EnergyMeter::EnergyMeter(const torch::Device& dev)
 {
     if (dev.is_cuda()) {
+#ifdef CHATBENCH_HAVE_CUDART
+        // NVML numbers every GPU of the machine; CUDA only those CUDA_VISIBLE_DEVICES lets through,
+        // in its own order. The device's UUID names the same GPU to both.
+        cudaDeviceProp prop {};
+        if (cudaGetDeviceProperties(&prop, dev.index()) != cudaSuccess)
+            return;
+        const std::string uuid = nvmlUuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
         m_nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (m_nvml) {
-            using InitFn = int (*)();
-            using HandleFn = int (*)(unsigned, void**);
-            auto init = reinterpret_cast<InitFn>(::dlsym(m_nvml, "nvmlInit_v2"));
-            auto handle = reinterpret_cast<HandleFn>(::dlsym(m_nvml, "nvmlDeviceGetHandleByIndex_v2"));
-            m_energy = reinterpret_cast<EnergyFn>(::dlsym(m_nvml, "nvmlDeviceGetTotalEnergyConsumption"));
-            if (init && handle && m_energy && init() == 0
-                && handle(static_cast<unsigned>(dev.index()), &m_device) == 0) {
-                unsigned long long mj = 0;
-                if (m_energy(m_device, &mj) == 0)
-                    m_source = "nvml";
-            }
-        }
+        if (!m_nvml)
+            return;
+        using InitFn = int (*)();
+        using HandleFn = int (*)(const char*, void**);
+        auto init = reinterpret_cast<InitFn>(::dlsym(m_nvml, "nvmlInit_v2"));
+        auto handle = reinterpret_cast<HandleFn>(::dlsym(m_nvml, "nvmlDeviceGetHandleByUUID"));
+        m_shutdown = reinterpret_cast<InitFn>(::dlsym(m_nvml, "nvmlShutdown"));
+        m_energy = reinterpret_cast<EnergyFn>(::dlsym(m_nvml, "nvmlDeviceGetTotalEnergyConsumption"));
+        if (!init || !handle || !m_energy || init() != 0)
+            return;
+        m_initialised = true;
+        unsigned long long mj = 0;
+        if (handle(uuid.c_str(), &m_device) == 0 && m_energy(m_device, &mj) == 0)
+            m_source = "nvml";
+#endif
     } else if (std::ifstream("/sys/class/powercap/intel-rapl:0/energy_uj")) {
         m_source = "rapl";
         std::ifstream("/sys/class/powercap/intel-rapl:0/max_energy_range_uj") >> m_range;
@@ -67,6 +91,8 @@ EnergyMeter::EnergyMeter(const torch::Device& dev)
 
 EnergyMeter::~EnergyMeter()
 {
+    if (m_initialised && m_shutdown)
+        m_shutdown(); // NVML counts its users; each init is matched before the library goes
     if (m_nvml)
         ::dlclose(m_nvml);
 }

@@ -21,7 +21,12 @@ private:
     torch::Device m_device;
 };
 
-// Cumulative energy counters: RAPL (package 0) on the CPU, NVML on a GPU. joules() < 0: none.
+// NVML's name for a GPU ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") from the 16 bytes of the
+// UUID CUDA reports for it (cudaDeviceProp::uuid).
+std::string nvmlUuid(const unsigned char bytes[16]);
+
+// Cumulative energy counters: RAPL (package 0) on the CPU, NVML on a GPU (found by UUID, so the
+// right one under CUDA_VISIBLE_DEVICES). joules() < 0: none.
 class EnergyMeter {
 public:
     explicit EnergyMeter(const torch::Device& device);
@@ -37,6 +42,8 @@ public:
 private:
     using EnergyFn = int (*)(void*, unsigned long long*);
     void* m_nvml = nullptr;
+    bool m_initialised = false;
+    int (*m_shutdown)() = nullptr;
     void* m_device = nullptr;
     EnergyFn m_energy = nullptr;
     std::string m_source = "not available";

@@ -41,6 +41,39 @@ Timing timingFrom(const nlohmann::json& j)
 }
 } // namespace
 
+std::string lstmRanShort(const BenchRow& row)
+{
+    std::string s = row.lstmDtype;
+    auto replace = [&](const std::string& from, const std::string& to) {
+        for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+            s.replace(at, from.size(), to);
+    };
+    replace("encoder ", "");
+    replace(", decoder ", "/");
+    replace("bfloat16", "bf16");
+    replace("float16", "fp16");
+    replace("float32", row.tf32 ? "tf32" : "fp32");
+    return s;
+}
+
+std::string precisionLabel(const BenchRow& row)
+{
+    const std::string name = benchPrecisionName(row.precision);
+    const char* expected = row.precision == BenchPrecision::BF16 ? "bfloat16"
+        : row.precision == BenchPrecision::FP16                  ? "float16"
+                                                                 : "float32";
+    if (row.lstmDtype.empty()) // a report from before the probe: nothing to compare with
+        return name;
+    std::string label = name;
+    if (row.lstmDtype != expected)
+        label += " (LSTM " + lstmRanShort(row) + ")";
+    else if (row.precision == BenchPrecision::FP32 && row.tf32)
+        label += " (TF32 maths)";
+    else if (row.precision == BenchPrecision::TF32 && !row.tf32)
+        label += " (TF32 off)";
+    return label;
+}
+
 bool sameWorkload(const BenchReport& a, int batchA, const BenchReport& b, int batchB)
 {
     if (a.corpus != b.corpus || a.corpusPairs != b.corpusPairs)
@@ -96,7 +129,8 @@ std::string toJson(const BenchReport& r)
             { "time", timingJson(x.time) }, { "tokens_per_second", x.tokensPerSecond }, { "gflops", x.gflops },
             { "gemm_fraction", x.gemmFraction }, { "peak_memory_bytes", x.peakMemoryBytes },
             { "energy_joules", x.energyJoules >= 0 ? ordered_json(x.energyJoules) : ordered_json(nullptr) },
-            { "energy_source", x.energySource } });
+            { "energy_source", x.energySource }, { "warmup_runs", x.warmupRuns }, { "lstm_dtype", x.lstmDtype },
+            { "tf32", x.tf32 } });
     auto& races = j["races"] = ordered_json::array();
     for (const auto& c : r.races) {
         ordered_json pts = ordered_json::array();
@@ -177,6 +211,9 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
             row.peakMemoryBytes = x.at("peak_memory_bytes").get<int64_t>();
             row.energyJoules = x.at("energy_joules").is_null() ? -1 : x.at("energy_joules").get<double>();
             row.energySource = x.value("energy_source", "not available");
+            row.warmupRuns = x.value("warmup_runs", 0);
+            row.lstmDtype = x.value("lstm_dtype", "");
+            row.tf32 = x.value("tf32", row.precision == BenchPrecision::TF32);
             r.rows.push_back(row);
         }
         for (const auto& c : j.value("races", nlohmann::json::array())) {

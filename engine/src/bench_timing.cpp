@@ -41,4 +41,26 @@ Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, 
     return summarise(std::move(samples));
 }
 
+int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double settle, const BenchClock& clock)
+{
+    if (minRuns <= 0)
+        return 0; // no warm-up asked for
+    maxRuns = std::max(minRuns, maxRuns);
+    double previous = -1;
+    int runs = 0;
+    while (runs < maxRuns) {
+        clock.sync();
+        const double t0 = clock.now();
+        work();
+        clock.sync();
+        const double t = clock.now() - t0;
+        ++runs;
+        const bool settled = previous > 0 && std::abs(t - previous) <= settle * std::max(t, previous);
+        previous = t;
+        if (runs >= minRuns && settled)
+            break;
+    }
+    return runs;
+}
+
 } // namespace chatbench

@@ -3,6 +3,7 @@
 #include "atomicfile.h"
 #include "chatbench/error.h"
 #include "text.h"
+#include "trainstep.h"
 
 #include <zlib.h>
 
@@ -25,6 +26,11 @@ uint32_t crcOf(const std::string& bytes)
     return static_cast<uint32_t>(crc);
 }
 
+std::string rngKey(const torch::Device& dev)
+{
+    return dev.is_cuda() ? "rng_cuda" : "rng_cpu";
+}
+
 } // namespace
 
 void saveCheckpoint(
@@ -42,6 +48,10 @@ void saveCheckpoint(
         root.write("model", m);
         root.write("optimizer", o);
         root.write("step", torch::tensor(static_cast<int64_t>(state.step)));
+        // The training device's generator: a CUDA generator is never reseeded per step (see
+        // seedStep), so an exact resume needs its state; the CPU's is kept as well, for symmetry.
+        const torch::Device dev = model->parameters().front().device();
+        root.write(rngKey(dev), rngState(dev));
         root.save_to(stream);
     }
     const std::string bytes = stream.str();
@@ -81,10 +91,20 @@ void loadCheckpoint(
         root.load_from(bytes.data(), bytes.size(), model->parameters().front().device());
         root.read("model", m);
         model->load(m);
+        // load() replaced each weight's storage: on a GPU cuDNN's LSTM then no longer finds its
+        // weights in one buffer and copies them on every call (with a warning). Put them back.
+        model->encoder->flatten_parameters();
+        model->decoder->flatten_parameters();
         if (optimizer) {
             torch::serialize::InputArchive o;
             root.read("optimizer", o);
             optimizer->load(o);
+            // Resuming: the random stream continues where the checkpoint left it (same device
+            // type only; checkpoints from before this was kept have none).
+            const torch::Device dev = model->parameters().front().device();
+            torch::Tensor rng;
+            if (root.try_read(rngKey(dev), rng))
+                setRngState(dev, rng.to(torch::kCPU)); // generator states are CPU byte tensors, wherever loaded
         }
     } catch (const c10::Error& e) {
         std::string what = e.what_without_backtrace();

@@ -14,9 +14,10 @@ namespace chatbench {
 // state.json naming it; then removes all but the `keep` newest checkpoints.
 void saveCheckpoint(
     const std::string& runDir, Seq2Seq& model, torch::optim::Optimizer& optimizer, RunState& state, int keep = 2);
-// Loads model weights (and the optimizer's state when given) from the state's checkpoint: the
-// checksum verified, every tensor's shape checked against the model built from config.json, and
-// non-finite weights refused. Throws Error naming the checkpoint file.
+// Loads model weights (and, when an optimizer is given, i.e. resuming: its state and the training
+// device's random generator) from the state's checkpoint: the checksum verified, every tensor's
+// shape checked against the model built from config.json, and non-finite weights refused; the
+// LSTMs' weights are flattened again for cuDNN. Throws Error naming the checkpoint file.
 void loadCheckpoint(
     const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer);
 // loadCheckpoint, falling back to the newest older checkpoint that loads when the state's own is

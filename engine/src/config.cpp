@@ -105,7 +105,8 @@ std::string toJson(const TrainConfig& c)
         { "epochs", c.epochs }, { "validation_fraction", c.validationFraction }, { "patience", c.patience },
         { "seed", c.seed }, { "deterministic", c.deterministic }, { "bucketing", c.bucketing },
         { "checkpoint_every_steps", c.checkpointEverySteps }, { "keep_checkpoints", c.keepCheckpoints } };
-    j["device"] = { { "device", c.device }, { "precision", precisionName(c.precision) }, { "threads", c.threads } };
+    j["device"] = { { "device", c.device }, { "precision", precisionName(c.precision) }, { "tf32", c.tf32 },
+        { "threads", c.threads } };
     j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 },
         { "pairing", pairingName(c.pairing) }, { "strict", c.strictCorpus } };
     return j.dump(2) + "\n";
@@ -168,6 +169,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         if (!prec)
             throw Error(file, 0, "device.precision must be " + joinNames(precisionNames()));
         c.precision = *prec;
+        c.tf32 = d.value("tf32", false);
         c.threads = d.at("threads").get<int>();
         if (j.contains("corpus")) {
             const auto& cj = j["corpus"];

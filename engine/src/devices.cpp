@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -256,7 +257,16 @@ EnvironmentInfo environmentInfo()
 #endif
     e.threads = torch::get_num_threads();
     e.interopThreads = torch::get_num_interop_threads();
+    if (const char* ws = std::getenv("CUBLAS_WORKSPACE_CONFIG"))
+        e.cublasWorkspaceConfig = ws;
+    e.tf32Matmul = at::globalContext().allowTF32CuBLAS();
+    e.tf32Lstm = at::globalContext().allowTF32CuDNN(at::Float32Op::RNN);
     return e;
+}
+
+void prepareProcess()
+{
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 void setThreads(int threads)

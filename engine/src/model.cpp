@@ -2,6 +2,7 @@
 
 #include "maskedlstm.h"
 
+#include <limits>
 #include <string>
 
 namespace chatbench {
@@ -103,9 +104,11 @@ DecoderOutput Seq2SeqImpl::decodeHidden(
     auto top = out;
     if (m_cfg.attention) {
         auto keys = attentionKey(enc.outputs); // (B, S, H)
-        auto scores = torch::bmm(out, keys.transpose(1, 2)); // (B, T, S)
-        scores = scores.masked_fill(~enc.mask.unsqueeze(1), -1e9);
-        dec.attention = torch::softmax(scores, /*dim=*/-1); // (B, T, S)
+        // Scored in fp32 whatever autocast made of the product: padding is filled with fp32's
+        // lowest value, which half (max 65504) and bf16 cannot hold, and exp() of it is exactly 0.
+        auto scores = torch::bmm(out, keys.transpose(1, 2)).to(torch::kFloat32); // (B, T, S)
+        scores = scores.masked_fill(~enc.mask.unsqueeze(1), std::numeric_limits<float>::lowest());
+        dec.attention = torch::softmax(scores, /*dim=*/-1); // (B, T, S) fp32
         auto context = torch::bmm(dec.attention.to(enc.outputs.scalar_type()), enc.outputs); // (B, T, H)
         top = torch::tanh(
             attentionCombine(torch::cat({ out, context.to(out.scalar_type()) }, /*dim=*/-1))); // (B, T, H)

@@ -153,6 +153,7 @@ std::string stateJson(const RunState& state)
     j["finished"] = state.finished;
     j["corpus_fingerprint"] = state.corpusFingerprint;
     j["loss_scale"] = state.lossScale;
+    j["loss_scale_good_steps"] = state.lossScaleGoodSteps;
     auto& hist = j["history"] = nlohmann::ordered_json::array();
     for (const auto& m : state.history)
         hist.push_back({ { "epoch", m.epoch }, { "step", m.step }, { "train_loss", numberOrNull(m.trainLoss) },
@@ -197,6 +198,7 @@ RunState loadStateFile(const std::string& path)
         s.finished = j.at("finished").get<bool>();
         s.corpusFingerprint = j.at("corpus_fingerprint").get<uint64_t>();
         s.lossScale = j.value("loss_scale", 65536.0);
+        s.lossScaleGoodSteps = j.value("loss_scale_good_steps", int64_t(0));
         for (const auto& h : j.at("history")) {
             EpochMetrics m;
             m.epoch = h.at("epoch").get<int>();
@@ -231,6 +233,7 @@ RunState loadStateFile(const std::string& path)
     need(std::isfinite(s.bestValidationLoss), "best_validation_loss");
     need(s.badEpochs >= 0, "bad_epochs");
     need(std::isfinite(s.lossScale) && s.lossScale > 0, "loss_scale");
+    need(s.lossScaleGoodSteps >= 0, "loss_scale_good_steps");
     need(s.history.size() <= 100000, "history");
     for (const auto& m : s.history)
         need(m.epoch >= 0 && m.step >= 0 && finiteAtLeast0(m.seconds) && finiteAtLeast0(m.elapsedSeconds)

@@ -11,7 +11,8 @@
 namespace chatbench {
 
 // Where training stands; written after the checkpoint it names, so it always points at a
-// complete file. The RNG needs no stored state: every step reseeds from (seed, step).
+// complete file. The CPU's random numbers need no stored state: every step reseeds the CPU
+// generator from (seed, step). A CUDA device's generator is kept in the checkpoint instead.
 struct RunState {
     int epoch = 0; // epoch in progress (== epochs when done)
     int64_t batchInEpoch = 0; // batches of `epoch` already done
@@ -26,6 +27,7 @@ struct RunState {
     bool finished = false;
     uint64_t corpusFingerprint = 0;
     double lossScale = 65536.0; // fp16 dynamic loss scale
+    int64_t lossScaleGoodSteps = 0; // fp16 steps since the scale last changed (it doubles at 2000)
     std::string checkpoint; // file name of the matching ckpt-<step>.pt
     uint32_t checkpointCrc = 0; // CRC-32 of that file (runs older than checksums have none)
     bool haveCrc = false;

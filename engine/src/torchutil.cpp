@@ -17,10 +17,17 @@ double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b)
     return (a.to(torch::kFloat64) - b.to(a.device(), torch::kFloat64)).abs().max().item<double>();
 }
 
+void setTf32(bool on)
+{
+    auto& ctx = at::globalContext();
+    ctx.setAllowTF32CuBLAS(on);
+    ctx.setAllowTF32CuDNN(on);
+}
+
 void setDeterminism(bool deterministic)
 {
-    if (deterministic) // cuBLAS needs a fixed workspace to be deterministic; it reads this when CUDA starts
-        ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    // cuBLAS also needs CUBLAS_WORKSPACE_CONFIG, read once when CUDA starts: prepareProcess() sets
+    // it first thing in main(), before anything can start CUDA.
     at::globalContext().setDeterministicAlgorithms(deterministic, /*warn_only=*/true);
     // Deterministic mode also fills every new uninitialised tensor with NaN, a debugging aid that
     // changes no result of a correct kernel; on the CPU it was 9% of a seed-preset step (13k fills

@@ -28,6 +28,10 @@ private:
 
 // Deterministic algorithms on or off for this process (cuDNN, cuBLAS workspace included).
 void setDeterminism(bool deterministic);
+// TF32 tensor-core maths for CUDA fp32 work, on or off for this process, set for cuBLAS (matmuls)
+// and cuDNN (the LSTM) alike: torch's defaults differ (cuBLAS off, cuDNN on). (oneDNN's TF32 is
+// for Intel GPUs; this torch warns when it is set, so it is left at its default, off.)
+void setTf32(bool on);
 
 // A tensor's values as a flat float vector (copied to the CPU).
 std::vector<float> toVector(const torch::Tensor& t);

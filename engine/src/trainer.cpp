@@ -84,6 +84,12 @@ uint64_t epochSeed(uint64_t seed, int epoch)
     return seed * 6364136223846793005ULL + 1442695040888963407ULL * static_cast<uint64_t>(epoch + 1);
 }
 
+// fp32 on a GPU with TF32 maths allowed, said so.
+std::string mathNote(const Stepper& s, const TrainConfig& cfg)
+{
+    return s.device.is_cuda() && s.precision == Precision::FP32 && cfg.tf32 ? " (TF32 maths)" : "";
+}
+
 void log(const TrainCallbacks& cb, const std::string& msg)
 {
     if (cb.onLog)
@@ -95,6 +101,7 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
 {
     setThreads(s.cfg.threads);
     setDeterminism(s.cfg.deterministic);
+    setTf32(s.cfg.tf32);
     const ResolvedDevice r = resolveDevice(s.cfg.device, s.cfg.precision);
     if (!r.note.empty())
         log(cb, r.note);
@@ -127,6 +134,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
     const int64_t firstStep = s.state.step;
     const double elapsedAtStart = s.state.elapsedSeconds;
     s.step.lossScale = s.state.lossScale;
+    s.step.goodSteps = s.state.lossScaleGoodSteps;
 
     auto finish = [&](TrainStatus status) {
         result.status = status;
@@ -143,6 +151,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
     auto checkpoint = [&] {
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
+        s.state.lossScaleGoodSteps = s.step.goodSteps;
         // Steps first: rows past state.json's step (a save cut short) are ignored by readers.
         appendRunSteps(s.runDir, unsavedSteps);
         unsavedSteps.clear();
@@ -163,12 +172,12 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
                 return finish(TrainStatus::Cancelled);
             }
             const auto stepStart = Clock::now();
-            // Every step reseeds from (seed, step): dropout and scheduled sampling then repeat
-            // exactly after a resume without storing generator state.
-            torch::manual_seed(s.cfg.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(s.state.step + 1));
+            // Dropout and scheduled sampling repeat exactly after a resume: the CPU generator is
+            // reseeded from (seed, step), a CUDA generator's state is in the checkpoint.
+            seedStep(s.cfg.seed, s.state.step);
             Batch batch = collate(s.train, plan[static_cast<size_t>(b)], s.step.device);
             const StepOutcome out = trainStep(s.step, batch);
-            if (!std::isfinite(out.loss) && s.step.precision != Precision::FP16)
+            if (!std::isfinite(out.loss) && !s.step.lossScaling)
                 throw Error("training diverged: the loss is " + std::to_string(out.loss) + " at step "
                     + std::to_string(s.state.step + 1)
                     + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
@@ -176,8 +185,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             const double lossValue = out.loss;
             ++s.state.step;
             s.state.batchInEpoch = b + 1;
-            s.state.epochLossSum += out.lossSum;
-            s.state.epochTokens += batch.tokens;
+            countStep(s.state.epochLossSum, s.state.epochTokens, out, batch.tokens);
 
             const double stepSeconds = secondsSince(stepStart);
             const double elapsed = elapsedAtStart + secondsSince(callStart);
@@ -300,7 +308,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     log(cb,
         "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
             + std::to_string(s.validation.size()) + " validation pairs, device "
-            + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision));
+            + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision)
+            + mathNote(s.step, s.cfg));
     saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     return loop(s, cb);
 }

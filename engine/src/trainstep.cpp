@@ -40,6 +40,7 @@ Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precisi
     s.model = Seq2Seq(cfg.model);
     s.model->to(device);
     s.model->setMaskedLstm(device.is_cpu() && precision == Precision::FP32);
+    s.lossScaling = precision == Precision::FP16;
     s.optimizer = makeOptimizer(cfg, s.model->parameters());
     return s;
 }
@@ -162,9 +163,38 @@ bool fusedClipRmsprop(Stepper& s)
 
 } // namespace
 
+void countStep(double& epochLossSum, int64_t& epochTokens, const StepOutcome& step, int64_t tokens)
+{
+    if (!step.applied)
+        return;
+    epochLossSum += step.lossSum;
+    epochTokens += tokens;
+}
+
+void seedStep(uint64_t seed, int64_t step)
+{
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(step + 1));
+}
+
+torch::Tensor rngState(const torch::Device& device)
+{
+    auto gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return gen.get_state();
+}
+
+void setRngState(const torch::Device& device, const torch::Tensor& state)
+{
+    auto gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+}
+
 StepOutcome trainStep(Stepper& s, const Batch& batch)
 {
-    const bool scaleLoss = s.precision == Precision::FP16;
+    const bool scaleLoss = s.lossScaling;
     s.model->train();
     auto sum = lossSum(s, batch, true, s.teacherForcing, nullptr);
     auto loss = sum / static_cast<double>(batch.tokens);

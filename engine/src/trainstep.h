@@ -24,8 +24,12 @@ struct Stepper {
     Precision precision = Precision::FP32;
     double teacherForcing = 1.0; // probability of feeding the true previous token
     double clipNorm = 0; // gradient-norm clip; 0 = off
-    double lossScale = 65536.0; // fp16 dynamic loss scale (kept in state.json between calls)
-    int64_t goodSteps = 0; // fp16 steps since the scale last changed
+    // Dynamic loss scaling (on for fp16): the loss is multiplied by lossScale before backward, the
+    // gradients divided after; a step with non-finite gradients is skipped and halves the scale,
+    // 2000 good steps in a row double it. Both numbers are kept in state.json between calls.
+    bool lossScaling = false;
+    double lossScale = 65536.0;
+    int64_t goodSteps = 0; // steps since the scale last changed
 };
 
 // model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
@@ -40,6 +44,19 @@ struct StepOutcome {
     double lossSum = 0; // summed over them
     bool applied = false; // false: fp16 overflow (scale halved) or a non-finite loss; weights unchanged
 };
+// Adds a step to the epoch's loss: only steps whose update was applied count (a step skipped
+// for an fp16 overflow may have an infinite loss, which would poison the epoch's mean).
+void countStep(double& epochLossSum, int64_t& epochTokens, const StepOutcome& step, int64_t tokens);
+
+// Random numbers for one training step, repeatable from (seed, step) alone, whatever the device.
+// The CPU generator (dropout on the CPU, scheduled sampling's coins there) is reseeded from
+// (seed, step) every step. A CUDA generator is never reseeded: reseeding makes cuDNN rebuild its
+// LSTM dropout state on the next call (costly, and it restarts the dropout stream); it is seeded
+// once when the stepper is made and its state travels in the checkpoint (saveRngState/loadRngState).
+void seedStep(uint64_t seed, int64_t step);
+// The state of `device`'s default generator (CUDA: seed and offset; CPU: the whole generator).
+torch::Tensor rngState(const torch::Device& device);
+void setRngState(const torch::Device& device, const torch::Tensor& state);
 // forward, backward, (fp16: unscale and overflow check), clip, optimizer step.
 StepOutcome trainStep(Stepper& s, const Batch& batch);
 

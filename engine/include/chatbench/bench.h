@@ -57,6 +57,10 @@ struct BenchClock {
 };
 // Runs `work` warmup times untimed, then `repeats` times, each between two synced clock reads.
 Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, const BenchClock& clock);
+// Warm-up until the timings settle: clocks ramp up (a GPU idles at a fraction of its clock),
+// caches and allocators fill. Runs `work` at least minRuns times, then until two consecutive runs
+// take times within `settle` (relative) of each other, at most maxRuns times (minRuns 0: none). Returns the runs done.
+int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double settle, const BenchClock& clock);
 
 struct BenchConfig {
     std::vector<std::string> devices = { "cpu" };
@@ -67,7 +71,7 @@ struct BenchConfig {
     int embedDim = 0; // > 0: overrides the preset's embedding width
     int hidden = 0; // > 0: overrides the preset's LSTM units
     int layers = 0; // > 0: overrides the preset's layer count
-    int warmup = 2;
+    int warmup = 2; // warm-up runs at least; more until the timings settle (up to warmup + 10)
     int repeats = 5;
     bool epoch = true; // time a whole epoch over the corpus (at the preset's batch size)
     int replyLength = 20; // decoder steps per reply (no early stop, for comparable work)
@@ -87,9 +91,21 @@ struct BenchRow {
     double gemmFraction = 0; // gflops / GEMM ceiling of the same device and precision
     int64_t peakMemoryBytes
         = 0; // CPU: the process's peak RSS during the unit (libraries included); CUDA: allocator peak
-    double energyJoules = -1; // -1 = not available
+    double energyJoules = -1; // -1 = not available; per repetition, warm-up excluded
     std::string energySource; // "rapl", "nvml" or "not available"
+    int warmupRuns = 0; // untimed runs before the timed ones (until the timings settled)
+    // What ran, probed, not what was asked for: the dtype of the LSTM's output under the row's
+    // autocast ("float32", "bfloat16", "float16"; empty in reports made before it was recorded),
+    // and whether TF32 tensor-core maths was allowed for the matmuls and the cuDNN LSTM.
+    std::string lstmDtype;
+    bool tf32 = false;
 };
+// What the row's LSTMs ran in, short: "fp32", "tf32" (fp32 with TF32 maths), "bf16", "fp16", or
+// "fp32/bf16" (encoder/decoder) when they differ; empty for reports made before it was recorded.
+std::string lstmRanShort(const BenchRow& row);
+// The row's precision as it ran: "fp32", "tf32", "bf16", or e.g. "bf16 (LSTM fp32/bf16)" when the
+// probed LSTM dtype is not the one the precision asks for, "fp32 (TF32 maths)" when TF32 was on.
+std::string precisionLabel(const BenchRow& row);
 
 struct GemmCeiling {
     std::string device;
@@ -135,7 +151,7 @@ struct BenchReport {
     std::vector<GemmCeiling> gemm;
     std::vector<BenchRow> rows;
     std::vector<RaceCurve> races;
-    std::vector<std::string> notes; // skipped combinations and why
+    std::vector<std::string> notes; // skipped or failed combinations and why
 };
 
 struct BenchCallbacks {
@@ -147,7 +163,8 @@ struct BenchCallbacks {
 
 MachineInfo machineInfo();
 // Throws Error for an empty corpus or a malformed device name; unsupported device/precision
-// pairs are skipped with a note.
+// pairs are skipped with a note, and a combination that fails while it runs (out of memory, a
+// kernel error) becomes a note with the error while the other combinations are still measured.
 BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCallbacks& cb = {});
 
 // Whether rows of two reports timed the same work, so that a ratio of their times means something:

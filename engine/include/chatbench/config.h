@@ -47,6 +47,9 @@ struct TrainConfig {
     int keepCheckpoints = 2; // the newest checkpoints kept, to fall back to when the newest is corrupt
     std::string device = "cpu"; // "cpu" or "cuda:N"
     Precision precision = Precision::FP32;
+    // CUDA: let fp32 matmuls and cuDNN's LSTM use TF32 tensor cores (10-bit mantissa, faster).
+    // Off: IEEE fp32 everywhere, which is not torch's default for cuDNN. No effect on the CPU.
+    bool tf32 = false;
     int threads = 0; // CPU threads; 0 = the library default
     std::string corpus; // corpus path the run trains on (for resume and the record)
     CorpusFormat corpusFormat = CorpusFormat::Auto;

@@ -50,11 +50,20 @@ struct EnvironmentInfo {
     std::string onednnVersion;
     int threads = 0; // intra-op threads
     int interopThreads = 0;
+    std::string cublasWorkspaceConfig; // the environment's CUBLAS_WORKSPACE_CONFIG, empty when unset
+    bool tf32Matmul = false; // TF32 allowed for cuBLAS matmuls (process setting)
+    bool tf32Lstm = false; // TF32 allowed for cuDNN's LSTM (torch's default: on)
     std::string buildConfig; // torch's own configuration summary
 };
 EnvironmentInfo environmentInfo();
 
 // Sets the CPU intra-op thread count (0 leaves the default).
 void setThreads(int threads);
+
+// Process-wide settings that must be in place before CUDA starts; the first line of every main().
+// Sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it: cuBLAS reads it once, when CUDA
+// initialises, and deterministic training and benchmarks need it (without it torch warns on
+// every matmul and cuBLAS may pick non-deterministic reductions).
+void prepareProcess();
 
 } // namespace chatbench
