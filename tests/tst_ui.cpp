@@ -629,7 +629,9 @@ void TestUi::newWindowDefaultsAndSmallSizes()
     // A window that has loaded no corpus: Train is disabled and says why; the device is the CPU
     // (this machine has no GPU), never the greyed "none available" entry — also when the saved
     // setting names the CPU before the devices are probed.
-    QSettings().setValue("trainConfig", QString::fromStdString(toJson(smallConfig(3))));
+    TrainConfig saved = smallConfig(3);
+    saved.tf32 = true; // as a GPU machine would have saved it
+    QSettings().setValue("trainConfig", QString::fromStdString(toJson(saved)));
     MainWindow fresh(m_dir.filePath("fresh-runs"));
     fresh.resize(1024, 700);
     fresh.show();
@@ -638,6 +640,11 @@ void TestUi::newWindowDefaultsAndSmallSizes()
     QVERIFY(train->trainButton()->toolTip().contains("Load a corpus"));
     QTRY_VERIFY_WITH_TIMEOUT(train->deviceBox()->count() > 0, 30000);
     QCOMPARE(train->deviceBox()->currentData().toString(), QString("cpu"));
+    // TF32 is a CUDA fp32 option: greyed out on the CPU, and never asked for there.
+    auto* tf32 = train->findChild<QCheckBox*>("tf32");
+    QVERIFY(tf32);
+    QVERIFY(!tf32->isEnabled());
+    QVERIFY(!train->config().tf32);
     QSignalSpy loaded(fresh.engine(), &EngineController::corpusLoaded);
     fresh.corpusView()->load(kCorpus);
     QVERIFY(loaded.wait(30000));

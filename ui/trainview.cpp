@@ -104,6 +104,11 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
         m_precision->addItem(QString::fromStdString(name), QString::fromStdString(name));
     m_precision->setToolTip(tr("Number format of the training maths: fp32, or bf16/fp16 mixed precision"));
     dev->addRow(tr("Precision"), m_precision);
+    m_tf32 = new QCheckBox(tr("TF32 tensor cores"));
+    m_tf32->setObjectName("tf32");
+    m_tf32->setToolTip(tr("CUDA, fp32 only: let the matmuls and cuDNN's LSTM use TF32 tensor cores (10-bit "
+                          "mantissa, faster). Off: IEEE fp32 everywhere"));
+    dev->addRow(QString(), m_tf32);
     m_deviceNote = new QLabel(tr("probing devices…"));
     m_deviceNote->setWordWrap(true);
     m_deviceNote->setStyleSheet("color: #666;");
@@ -186,6 +191,7 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     connect(
         m_preset, &QComboBox::currentIndexChanged, this, [this] { applyPreset(m_preset->currentData().toString()); });
     connect(m_device, &QComboBox::currentIndexChanged, this, &TrainView::updatePrecisions);
+    connect(m_precision, &QComboBox::currentIndexChanged, this, &TrainView::updateTf32);
     connect(m_train, &QPushButton::clicked, this, &TrainView::startTraining);
     connect(m_stop, &QPushButton::clicked, this, &TrainView::stopTraining);
     connect(m_resume, &QPushButton::clicked, this, &TrainView::resumeTraining);
@@ -278,6 +284,7 @@ TrainConfig TrainView::config() const
     c.device = m_device->currentData().toString().isEmpty() ? "cpu" : m_device->currentData().toString().toStdString();
     c.threads = m_threads->value();
     c.precision = parsePrecision(m_precision->currentData().toString().toStdString()).value_or(Precision::FP32);
+    c.tf32 = m_tf32->isChecked() && c.precision == Precision::FP32 && c.device.rfind("cuda", 0) == 0;
     return c;
 }
 
@@ -314,6 +321,7 @@ void TrainView::setConfig(const TrainConfig& c)
     const int p = m_precision->findData(QString::fromStdString(precisionName(c.precision)));
     if (p >= 0 && m_precision->model()->flags(m_precision->model()->index(p, 0)) & Qt::ItemIsEnabled)
         m_precision->setCurrentIndex(p);
+    m_tf32->setChecked(c.tf32);
 }
 
 void TrainView::fillDevices()
@@ -379,8 +387,15 @@ void TrainView::updatePrecisions()
     if (!(model->item(m_precision->currentIndex())->flags() & Qt::ItemIsEnabled))
         m_precision->setCurrentIndex(0);
     m_threads->setEnabled(id == "cpu");
+    updateTf32();
     if (!reasons.isEmpty())
         m_precision->setToolTip(tr("Not available here — %1").arg(reasons.join("; ")));
+}
+
+void TrainView::updateTf32()
+{
+    m_tf32->setEnabled(!m_running && m_device->currentData().toString().startsWith("cuda")
+        && m_precision->currentData().toString() == "fp32");
 }
 
 void TrainView::setRunsDir(const QString& dir)
@@ -429,7 +444,7 @@ void TrainView::setRunning(bool running)
     // The form describes the run being trained: locked until it stops.
     for (QWidget* w : std::initializer_list<QWidget*> { m_preset, m_epochs, m_batch, m_lr, m_optimizer, m_embed,
              m_hidden, m_layers, m_dropout, m_attention, m_shared, m_teacher, m_clip, m_patience, m_valFraction, m_seed,
-             m_device, m_threads, m_precision })
+             m_device, m_threads, m_precision, m_tf32 })
         w->setEnabled(!running);
     if (!running)
         updatePrecisions(); // the threads box is for the CPU only

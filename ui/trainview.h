@@ -53,6 +53,7 @@ Q_SIGNALS:
 private:
     void fillDevices();
     void updatePrecisions();
+    void updateTf32(); // TF32 is a CUDA fp32 option
     void setRunning(bool running);
     void applyPreset(const QString& name);
 
@@ -77,6 +78,7 @@ private:
     QComboBox* m_device = nullptr;
     QSpinBox* m_threads = nullptr;
     QComboBox* m_precision = nullptr;
+    QCheckBox* m_tf32 = nullptr; // CUDA fp32 only
     QLabel* m_deviceNote = nullptr;
     QPushButton* m_train = nullptr;
     QPushButton* m_stop = nullptr;
