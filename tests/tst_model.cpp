@@ -555,6 +555,9 @@ void TestModel::parityVerdict()
     const DoctorParity tie = compareParity(tieCpu, tieGpu, false);
     QVERIFY2(tie.passed, tie.verdict.c_str());
     QVERIFY(!tie.repliesAgree);
+    // Two other tokens near a tie do not excuse a parting between far-apart ones.
+    const Reply farGpu = reply({ { 5.0f, 1.0f, 0.5f, -2.0f }, { 0.1f, 3.99999f, 4.0f, 0.0f } }, { 0, 3 });
+    QVERIFY(!compareParity(tieCpu, farGpu, false).passed);
     QVERIFY(!compareParity(Reply {}, Reply {}, false).passed); // nothing compared is no pass
 }
 

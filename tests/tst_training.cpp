@@ -9,6 +9,9 @@
 #include "testutil.h"
 
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QRegularExpression>
 
 #include <sys/resource.h>
 
@@ -111,6 +114,7 @@ private Q_SLOTS:
     void checkpointReloadsToSameReplies();
     void runFolderLayout();
     void resumeEqualsUninterruptedRun();
+    void resumeKeepsTheLossScaleState();
     void validationAndEarlyStopping();
     void bestWeightsAreThoseOfTheBestEpoch();
     void userErrors();
@@ -397,6 +401,39 @@ void TestTraining::runFolderLayout()
     const TrainConfig cfg = loadRunConfig(m_run);
     QCOMPARE(cfg.model.hidden, 64);
     QCOMPARE(cfg.epochs, 80);
+}
+
+// fp16's dynamic loss scale and its good-step counter (the scale doubles after 2000 good steps in
+// a row) travel in state.json: a resume picks both up and writes them on. Here a CPU fp32 run
+// (no scaling, so neither moves) stands in: the values put in state.json must come back out.
+void TestTraining::resumeKeepsTheLossScaleState()
+{
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    const Corpus corpus = smallCorpus();
+    const std::string run = m_dir.filePath("lossscale").toStdString();
+    QCOMPARE(train(cfg, corpus, run).status, TrainStatus::Finished);
+    const QString statePath = QString::fromStdString(run + "/state.json");
+    auto readState = [&] {
+        QFile f(statePath);
+        if (!f.open(QIODevice::ReadOnly))
+            qFatal("cannot read state.json");
+        return QJsonDocument::fromJson(f.readAll()).object();
+    };
+    QCOMPARE(readState()["loss_scale_good_steps"].toInt(), 0);
+    // Edited as text: a JSON round trip through doubles would round the 64-bit corpus fingerprint.
+    QFile in(statePath);
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(in.readAll());
+    in.close();
+    text.replace(QRegularExpression("\"loss_scale\": *[0-9.e+]+"), "\"loss_scale\": 1024.0");
+    text.replace(QRegularExpression("\"loss_scale_good_steps\": *[0-9]+"), "\"loss_scale_good_steps\": 1234");
+    testutil::writeFile(m_dir, "lossscale/state.json", text.toUtf8());
+    QCOMPARE(resume(run, corpus, {}, 2).status, TrainStatus::Finished);
+    const QJsonObject after = readState();
+    QCOMPARE(after["epoch"].toInt(), 2);
+    QCOMPARE(after["loss_scale"].toDouble(), 1024.0);
+    QCOMPARE(after["loss_scale_good_steps"].toInt(), 1234);
 }
 
 void TestTraining::resumeEqualsUninterruptedRun()

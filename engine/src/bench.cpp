@@ -390,10 +390,17 @@ std::string firstLine(const std::string& what)
     return what.substr(0, what.find('\n'));
 }
 
-void releaseCachedMemory(const torch::Device& dev)
+// Called after a failure: after a sticky CUDA error (an illegal address, a device assert) even
+// this throws, and nothing may leave the handler that keeps the rest of the report.
+void releaseCachedMemory(const torch::Device& dev) noexcept
 {
-    if (dev.is_cuda())
+    if (!dev.is_cuda())
+        return;
+    try {
         c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (...) {
+        // the device is unusable; its remaining combinations will fail and say so in their notes
+    }
 }
 
 } // namespace

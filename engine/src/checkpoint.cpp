@@ -91,10 +91,6 @@ void loadCheckpoint(
         root.load_from(bytes.data(), bytes.size(), model->parameters().front().device());
         root.read("model", m);
         model->load(m);
-        // load() replaced each weight's storage: on a GPU cuDNN's LSTM then no longer finds its
-        // weights in one buffer and copies them on every call (with a warning). Put them back.
-        model->encoder->flatten_parameters();
-        model->decoder->flatten_parameters();
         if (optimizer) {
             torch::serialize::InputArchive o;
             root.read("optimizer", o);
@@ -122,6 +118,16 @@ void loadCheckpoint(
             throw Error(file, 0, "checkpoint does not match config.json (tensor '" + name + "' has another shape)");
         if (!torch::isfinite(*t).all().item<bool>())
             throw Error(file, 0, "checkpoint holds NaN or infinite weights (tensor '" + name + "'): corrupt file?");
+    }
+    // load() replaced each weight's storage: on a GPU cuDNN's LSTM then no longer finds its
+    // weights in one buffer and copies them on every call (with a warning). Put them back, once
+    // the shapes are known to be right.
+    try {
+        model->encoder->flatten_parameters();
+        model->decoder->flatten_parameters();
+    } catch (const std::exception& e) {
+        const std::string what = e.what();
+        throw Error(file, 0, "cannot prepare the loaded weights for cuDNN (" + what.substr(0, what.find('\n')) + ")");
     }
 }
 

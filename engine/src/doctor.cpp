@@ -80,11 +80,11 @@ DoctorParity compareParity(const Reply& a, const Reply& b, bool tf32)
             largest = std::max(largest, static_cast<double>(std::abs(la[k])));
         }
         if (a.trace.steps[t].chosenId != b.trace.steps[t].chosenId) {
-            // Past a divergence the inputs differ. A near tie: the first device's top two
-            // logits so close that rounding may pick either.
-            std::vector<float> top(la);
-            std::partial_sort(top.begin(), top.begin() + std::min<size_t>(2, top.size()), top.end(), std::greater<>());
-            nearTie = top.size() >= 2 && top[0] - top[1] <= parityTolerance(tf32, largest);
+            // Past a divergence the inputs differ. A near tie: the two chosen tokens' logits on the
+            // first device so close that rounding may pick either.
+            const auto ca = static_cast<size_t>(a.trace.steps[t].chosenId),
+                       cb = static_cast<size_t>(b.trace.steps[t].chosenId);
+            nearTie = ca < la.size() && cb < la.size() && std::abs(la[ca] - la[cb]) <= parityTolerance(tf32, largest);
             break;
         }
     }
@@ -132,6 +132,10 @@ DoctorReport runDoctor()
     cfg.validationFraction = 0;
     const std::string run = scratch.path() + "/run";
     const TrainResult tr = train(cfg, tiny, run, {});
+    // Training set the process' maths mode (TrainConfig::tf32): report the one the checks run with.
+    const EnvironmentInfo after = environmentInfo();
+    d.environment.tf32Matmul = after.tf32Matmul;
+    d.environment.tf32Lstm = after.tf32Lstm;
     d.tinySteps = tr.steps;
     d.tinyLoss = tr.finalTrainLoss;
     d.question = "how are you";
@@ -155,8 +159,7 @@ DoctorReport runDoctor()
         withLogits.recordLogits = true;
         const Reply a = bot.reply(d.question, withLogits);
         const Reply b = gpu.reply(d.question, withLogits);
-        const EnvironmentInfo now = environmentInfo(); // training the tiny model set the maths mode
-        d.parity = compareParity(a, b, now.tf32Matmul || now.tf32Lstm);
+        d.parity = compareParity(a, b, d.environment.tf32Matmul || d.environment.tf32Lstm);
         d.healthy = d.healthy && d.parity.passed;
     } else {
         d.parity.skipped = "no CUDA device available";

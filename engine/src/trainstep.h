@@ -48,7 +48,7 @@ struct StepOutcome {
 // for an fp16 overflow may have an infinite loss, which would poison the epoch's mean).
 void countStep(double& epochLossSum, int64_t& epochTokens, const StepOutcome& step, int64_t tokens);
 
-// Random numbers for one training step, repeatable from (seed, step) alone, whatever the device.
+// Random numbers for one training step: on the CPU repeatable from (seed, step) alone.
 // The CPU generator (dropout on the CPU, scheduled sampling's coins there) is reseeded from
 // (seed, step) every step. A CUDA generator is never reseeded: reseeding makes cuDNN rebuild its
 // LSTM dropout state on the next call (costly, and it restarts the dropout stream); it is seeded
