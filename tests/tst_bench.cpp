@@ -12,6 +12,19 @@
 
 using namespace chatbench;
 
+namespace {
+
+// "question i" → "answer i", n pairs.
+Corpus questionsAndAnswers(int n)
+{
+    Corpus corpus;
+    for (int i = 0; i < n; ++i)
+        corpus.pairs.push_back({ "question " + std::to_string(i), "answer " + std::to_string(i), "mem", 0 });
+    return corpus;
+}
+
+} // namespace
+
 class TestBench : public QObject {
     Q_OBJECT
 
@@ -91,9 +104,7 @@ void TestBench::smallRunOnCpu()
 
 void TestBench::settingsRestoredWhenCancelledOrThrown()
 {
-    Corpus corpus;
-    for (int i = 0; i < 12; ++i)
-        corpus.pairs.push_back({ "question " + std::to_string(i), "answer " + std::to_string(i), "mem", 0 });
+    const Corpus corpus = questionsAndAnswers(12);
     BenchConfig cfg;
     cfg.preset = "quick";
     cfg.batchSizes = { 2, 4 };
@@ -143,9 +154,7 @@ void TestBench::settingsRestoredWhenCancelledOrThrown()
 // combination. Here the 1-thread CPU combination fails after its training rows.
 void TestBench::oneFailingCombinationKeepsTheRest()
 {
-    Corpus corpus;
-    for (int i = 0; i < 12; ++i)
-        corpus.pairs.push_back({ "question " + std::to_string(i), "answer " + std::to_string(i), "mem", 0 });
+    const Corpus corpus = questionsAndAnswers(12);
     BenchConfig cfg;
     cfg.preset = "quick";
     cfg.batchSizes = { 2 };

@@ -11,6 +11,25 @@
 
 using namespace chatbench;
 
+namespace {
+
+// A fake device: work only queues time; it lands on the clock when someone synchronises, like
+// CUDA kernels.
+struct FakeDevice {
+    double clock = 0;
+    double queued = 0;
+    BenchClock synced()
+    {
+        return { [this] { return clock; },
+            [this] {
+                clock += queued;
+                queued = 0;
+            } };
+    }
+};
+
+} // namespace
+
 class TestBenchReport : public QObject {
     Q_OBJECT
 
@@ -59,16 +78,11 @@ void TestBenchReport::summaryStatistics()
 
 void TestBenchReport::harnessSynchronisesAndSkipsWarmup()
 {
-    // A fake device: work only queues time; it lands on the clock when someone synchronises,
-    // like CUDA kernels. The first call is a slow warm-up (1 s), later ones take 0.25 s.
-    double clock = 0, queued = 0;
+    // The first call is a slow warm-up (1 s), later ones take 0.25 s.
+    FakeDevice fake;
+    const BenchClock device = fake.synced();
     int calls = 0;
-    const BenchClock device { [&] { return clock; },
-        [&] {
-            clock += queued;
-            queued = 0;
-        } };
-    auto work = [&] { queued += calls++ == 0 ? 1.0 : 0.25; };
+    auto work = [&] { fake.queued += calls++ == 0 ? 1.0 : 0.25; };
     const Timing t = timeRepeated(work, /*warmup=*/1, /*repeats=*/4, device);
     QCOMPARE(calls, 5);
     QCOMPARE(t.samples.size(), size_t(4));
@@ -78,7 +92,7 @@ void TestBenchReport::harnessSynchronisesAndSkipsWarmup()
 
     // Without a sync the same harness would read 0: the fake really models asynchrony.
     calls = 1;
-    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return clock; }, [] {} });
+    const Timing unsynced = timeRepeated(work, 0, 2, BenchClock { [&] { return fake.clock; }, [] {} });
     QCOMPARE(unsynced.median, 0.0);
 }
 
@@ -86,14 +100,10 @@ void TestBenchReport::warmUpRunsUntilTimingsSettle()
 {
     // A GPU ramping its clocks up: each run faster until the clock tops out at 0.2 s a run.
     const std::vector<double> ramp = { 1.0, 0.6, 0.4, 0.3, 0.25, 0.21, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2 };
-    double clock = 0, queued = 0;
+    FakeDevice fake;
+    const BenchClock device = fake.synced();
     size_t calls = 0;
-    const BenchClock device { [&] { return clock; },
-        [&] {
-            clock += queued;
-            queued = 0;
-        } };
-    auto work = [&] { queued += ramp[std::min(calls++, ramp.size() - 1)]; };
+    auto work = [&] { fake.queued += ramp[std::min(calls++, ramp.size() - 1)]; };
     // At least 2 runs, then until two in a row agree within 5%: 0.21 → 0.2 (4.8%) after 7 runs.
     QCOMPARE(warmUp(work, 2, 20, 0.05, device), 7);
     const Timing t = timeRepeated(work, 0, 3, device);

@@ -49,6 +49,18 @@ void fillPattern(torch::nn::Module& m)
     }
 }
 
+// tinyConfig with Luong attention, 6 units, seeded, in eval mode.
+Seq2Seq attentionModel()
+{
+    torch::manual_seed(4);
+    ModelConfig cfg = tinyConfig();
+    cfg.hidden = 6;
+    cfg.attention = true;
+    Seq2Seq model(cfg);
+    model->eval();
+    return model;
+}
+
 // Three short pairs as ids of tinyConfig's vocabulary (9 words).
 std::vector<Example> tinyExamples()
 {
@@ -194,12 +206,7 @@ void TestModel::handoffIsAtTrueLastToken()
 
 void TestModel::attentionIgnoresPadding()
 {
-    torch::manual_seed(4);
-    ModelConfig cfg = tinyConfig();
-    cfg.hidden = 6;
-    cfg.attention = true;
-    Seq2Seq model(cfg);
-    model->eval();
+    Seq2Seq model = attentionModel();
     torch::NoGradGuard noGrad;
     auto alone = model->encode(torch::tensor({ { 5, 6 } }), torch::tensor({ 2 }));
     auto padded = model->encode(torch::tensor({ { 5, 6, 0, 0 } }), torch::tensor({ 2 }));
@@ -215,12 +222,7 @@ void TestModel::attentionIgnoresPadding()
 // The CPU runs the same code on a model converted to half.
 void TestModel::attentionWorksInHalfPrecision()
 {
-    torch::manual_seed(4);
-    ModelConfig cfg = tinyConfig();
-    cfg.hidden = 6;
-    cfg.attention = true;
-    Seq2Seq model(cfg);
-    model->eval();
+    Seq2Seq model = attentionModel();
     torch::NoGradGuard noGrad;
     auto src = torch::tensor({ { 5, 6, 0, 0 }, { 3, 4, 7, 8 } });
     auto lengths = torch::tensor({ 2, 4 });

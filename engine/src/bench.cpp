@@ -56,15 +56,6 @@ BenchClock clockFor(const torch::Device& dev)
     return { steadySeconds, [] {} };
 }
 
-// Every math-mode switch a row depends on, set explicitly. torch 2.11's defaults differ between
-// libraries: cuBLAS matmuls run IEEE fp32 but cuDNN (its LSTM included) runs TF32, so an "fp32"
-// row would time a TF32 LSTM. fp32, bf16 and fp16 rows: TF32 off everywhere (what autocast keeps
-// in fp32 stays IEEE); tf32 rows: on for cuBLAS and cuDNN.
-void setMathModes(BenchPrecision precision)
-{
-    setTf32(precision == BenchPrecision::TF32);
-}
-
 bool tf32Allowed(const torch::Device& dev)
 {
     const auto& ctx = at::globalContext();
@@ -231,7 +222,10 @@ struct Bench {
     {
         const Precision p = trainingPrecision(precision);
         const std::string label = dev.str() + " " + benchPrecisionName(precision);
-        setMathModes(precision); // put back by SettingsGuard
+        // Every math-mode switch the row depends on, set explicitly (put back by SettingsGuard):
+        // torch 2.11 runs cuBLAS matmuls in IEEE fp32 but cuDNN's LSTM in TF32 by default, so an
+        // "fp32" row would time a TF32 LSTM. TF32 is on for tf32 rows only.
+        setTf32(precision == BenchPrecision::TF32);
         const bool tf32 = tf32Allowed(dev);
         const int usedThreads = torch::get_num_threads();
         const double ceiling = gemm(dev, precision);
