@@ -4,6 +4,7 @@
 #include "batches.h"
 #include "bench_probes.h"
 #include "chatbench/doctor.h"
+#include "chatbench/error.h"
 #include "checkpoint.h"
 #include "maskedlstm.h"
 #include "model.h"
@@ -77,6 +78,38 @@ TrainConfig tinyTraining()
     return cfg;
 }
 
+// n pairs of tinyConfig's vocabulary with prompts of 1–4 and responses of 1–5 words.
+std::vector<Example> variedExamples(int n)
+{
+    std::vector<Example> out;
+    for (int i = 0; i < n; ++i) {
+        Example e;
+        for (int k = 0; k <= i % 4; ++k)
+            e.source.push_back(4 + (i + k) % 5);
+        e.target.push_back(2);
+        for (int k = 0; k <= (i * 3) % 5; ++k)
+            e.target.push_back(4 + (i * 2 + k) % 5);
+        e.target.push_back(3);
+        out.push_back(e);
+    }
+    return out;
+}
+
+std::vector<size_t> range(size_t begin, size_t end)
+{
+    std::vector<size_t> out;
+    for (size_t i = begin; i < end; ++i)
+        out.push_back(i);
+    return out;
+}
+
+// What a CUDA allocator throws when a request does not fit.
+[[noreturn]] void throwOutOfMemory(int64_t rows)
+{
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (simulated for ", rows, " pairs)");
+    std::abort(); // not reached
+}
+
 std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& params)
 {
     std::vector<torch::Tensor> out;
@@ -118,6 +151,10 @@ private Q_SLOTS:
     void projectedLossMatchesLinearCrossEntropy();
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
+    void rowSliceIsTheBatchOfThoseRows();
+    void outOfMemoryBacksOffToSmallerPasses();
+    void outOfMemoryAtOnePairIsAnError();
+    void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
     void stepSeedTouchesOnlyTheCpuGenerator();
     void parityVerdict();
@@ -485,6 +522,96 @@ void TestModel::lossScaleDoublesAfter2000GoodSteps()
 
 // Resuming continues the training device's random stream from the checkpoint (on a GPU, where the
 // generator is not reseeded each step, that is what makes dropout repeat); the CPU stands in.
+void TestModel::rowSliceIsTheBatchOfThoseRows()
+{
+    // Independent reference: collating just those examples.
+    const auto ex = variedExamples(7);
+    const Batch whole = collate(ex, range(0, 7), torch::kCPU);
+    for (auto [begin, end] : { std::pair<int64_t, int64_t> { 0, 7 }, { 2, 5 }, { 6, 7 }, { 0, 1 } }) {
+        const Batch part = rowSlice(whole, begin, end);
+        const Batch ref = collate(ex, range(static_cast<size_t>(begin), static_cast<size_t>(end)), torch::kCPU);
+        QVERIFY(torch::equal(part.source, ref.source));
+        QVERIFY(torch::equal(part.lengths, ref.lengths));
+        QVERIFY(torch::equal(part.input, ref.input));
+        QVERIFY(torch::equal(part.target, ref.target));
+        QVERIFY(torch::equal(part.mask, ref.mask));
+        QCOMPARE(part.tokens, ref.tokens);
+    }
+}
+
+void TestModel::outOfMemoryBacksOffToSmallerPasses()
+{
+    // A device that holds at most 2 pairs per pass: 7 → 4 → 2 pairs, then passes of 2, 2, 2, 1.
+    const auto ex = variedExamples(7);
+    const Batch batch = collate(ex, range(0, 7), torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    std::vector<int64_t> passes;
+    s.beforePass = [&](int64_t rows) {
+        passes.push_back(rows);
+        if (rows > 2)
+            throwOutOfMemory(rows);
+    };
+    const StepOutcome split = trainStep(s, batch);
+    QCOMPARE(passes, (std::vector<int64_t> { 7, 4, 2, 2, 2, 1 }));
+    QCOMPARE(s.passRows, int64_t(2));
+    QVERIFY(split.applied);
+
+    // The same update as the whole batch in one pass (reference: a stepper that never ran out).
+    Stepper whole = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    const StepOutcome one = trainStep(whole, batch);
+    QVERIFY(std::abs(split.lossSum - one.lossSum) < 1e-5 * std::abs(one.lossSum));
+    const auto a = copies(s.model->parameters()), b = copies(whole.model->parameters());
+    for (size_t i = 0; i < a.size(); ++i)
+        QVERIFY((a[i] - b[i]).abs().max().item<double>() < 1e-6);
+
+    // The back-off stays: the next step starts at 2 pairs per pass.
+    passes.clear();
+    trainStep(s, batch);
+    QCOMPARE(passes, (std::vector<int64_t> { 2, 2, 2, 1 }));
+}
+
+void TestModel::outOfMemoryAtOnePairIsAnError()
+{
+    const Batch batch = collate(variedExamples(5), range(0, 5), torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    std::vector<int64_t> passes;
+    s.beforePass = [&](int64_t rows) {
+        passes.push_back(rows);
+        throwOutOfMemory(rows);
+    };
+    const auto before = copies(s.model->parameters());
+    try {
+        trainStep(s, batch);
+        QFAIL("no error at the floor");
+    } catch (const chatbench::Error& e) {
+        QVERIFY2(QString(e.what()).contains("out of memory on cpu with one pair per pass"), e.what());
+        QVERIFY2(QString(e.what()).contains("simulated for 1 pairs"), e.what()); // the device's own words
+    }
+    QCOMPARE(passes, (std::vector<int64_t> { 5, 3, 2, 1 }));
+    QVERIFY(sameTensors(before, copies(s.model->parameters()))); // no update was applied
+}
+
+void TestModel::otherErrorsPassThroughTheBackOff()
+{
+    const Batch batch = collate(variedExamples(5), range(0, 5), torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    int calls = 0;
+    s.beforePass = [&](int64_t) {
+        ++calls;
+        TORCH_CHECK(false, "CUDA error: an illegal memory access was encountered");
+    };
+    try {
+        trainStep(s, batch);
+        QFAIL("the error was swallowed");
+    } catch (const c10::OutOfMemoryError&) {
+        QFAIL("another error was taken for out-of-memory");
+    } catch (const c10::Error& e) {
+        QVERIFY(QString(e.what()).contains("illegal memory access"));
+    }
+    QCOMPARE(calls, 1); // not retried
+    QCOMPARE(s.passRows, int64_t(0));
+}
+
 void TestModel::checkpointKeepsTheGeneratorState()
 {
     QTemporaryDir dir;

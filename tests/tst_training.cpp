@@ -21,6 +21,8 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <future>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -123,6 +125,8 @@ private Q_SLOTS:
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
     void corruptCheckpointFallsBack();
+    void cancelStopsWithinASecond();
+    void cancelledReplyStopsAtItsNextStep();
     void unknownAndEmptyInput();
 
 private:
@@ -841,6 +845,61 @@ void TestTraining::unknownAndEmptyInput()
     QVERIFY(empty.trace.checks.handoffEqual);
     const Reply longInput = bot.reply(std::string(5000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z");
     QVERIFY(longInput.trace.inputIds.size() <= 22);
+}
+
+void TestTraining::cancelStopsWithinASecond()
+{
+    // Cancelled at random moments (mid-epoch, mid-save: a checkpoint after every step, and in
+    // validation), training returns within a second and leaves a run that loads and resumes.
+    TrainConfig cfg = smallConfig();
+    cfg.model.embedDim = cfg.model.hidden = 200;
+    cfg.checkpointEverySteps = 1;
+    cfg.validationFraction = 0.25;
+    cfg.epochs = 1000;
+    const Corpus corpus = corpusWithValidation();
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> delayMs(0, 700);
+    double slowest = 0;
+    for (int trial = 0; trial < 6; ++trial) {
+        const std::string run = m_dir.filePath(QString("cancel-%1").arg(trial)).toStdString();
+        std::atomic<bool> cancel { false };
+        TrainCallbacks cb;
+        cb.cancel = &cancel;
+        auto job = std::async(std::launch::async, [&] { return train(cfg, corpus, run, cb); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300 + delayMs(rng)));
+        const auto asked = std::chrono::steady_clock::now();
+        cancel = true;
+        QVERIFY(job.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+        const TrainResult r = job.get();
+        QVERIFY2(seconds < 1.0, qPrintable(QString("trial %1: %2 s after the cancel").arg(trial).arg(seconds)));
+        slowest = std::max(slowest, seconds);
+        QCOMPARE(r.status, TrainStatus::Cancelled);
+        // Consistent: the saved state is where training stopped, and it loads and resumes.
+        const Chatbot bot = Chatbot::load(run);
+        QCOMPARE(bot.step(), r.steps);
+        QVERIFY(!bot.reply("hello").text.empty());
+        QCOMPARE(resume(run, corpus, {}, r.epochsDone + 1).status, TrainStatus::Finished);
+    }
+    qInfo("slowest stop after a cancel: %.3f s", slowest);
+}
+
+void TestTraining::cancelledReplyStopsAtItsNextStep()
+{
+    const Chatbot bot = Chatbot::load(m_run);
+    std::atomic<bool> cancel { false };
+    DecodeOptions greedy, beam, sample;
+    beam.method = DecodeMethod::Beam;
+    beam.beamWidth = 8;
+    sample.method = DecodeMethod::Sample;
+    for (DecodeOptions* o : { &greedy, &beam, &sample }) {
+        o->cancel = &cancel;
+        QVERIFY(!bot.reply("how are you", *o).text.empty()); // not set: no effect
+    }
+    cancel = true;
+    for (const DecodeOptions* o : { &greedy, &beam, &sample })
+        QVERIFY_THROWS_EXCEPTION(Error, bot.reply("how are you", *o));
+    QVERIFY_THROWS_EXCEPTION(Error, bot.replyBatch({ "hello", "goodbye" }, greedy));
 }
 
 QTEST_GUILESS_MAIN(TestTraining)

@@ -230,6 +230,12 @@ class ChatWorker : public QObject {
     Q_OBJECT
 
 public:
+    // `closing` is set when the window closes: a reply in progress stops at its next step.
+    explicit ChatWorker(std::shared_ptr<std::atomic<bool>> closing)
+        : m_closing(std::move(closing))
+    {
+    }
+
     void setBot(std::shared_ptr<const Chatbot> bot) { m_bot = std::move(bot); }
 
     // False (after saying why) when there are no weights to answer with yet.
@@ -241,10 +247,11 @@ public:
         return m_bot != nullptr;
     }
 
-    void reply(quint64 id, const QString& text, const DecodeOptions& opt)
+    void reply(quint64 id, const QString& text, DecodeOptions opt)
     {
         if (!ready())
             return;
+        opt.cancel = m_closing.get();
         guarded(
             [&] {
                 ChatAnswer a;
@@ -257,10 +264,11 @@ public:
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
     }
 
-    void probe(const QStringList& questions, const DecodeOptions& opt)
+    void probe(const QStringList& questions, DecodeOptions opt)
     {
         if (!ready())
             return;
+        opt.cancel = m_closing.get();
         guarded(
             [&] {
                 ProbeResult r;
@@ -285,6 +293,7 @@ Q_SIGNALS:
 
 private:
     std::shared_ptr<const Chatbot> m_bot;
+    std::shared_ptr<std::atomic<bool>> m_closing;
 };
 
 // ---- controller ---------------------------------------------------------------------------
@@ -292,6 +301,7 @@ private:
 EngineController::EngineController(QObject* parent)
     : QObject(parent)
     , m_cancel(std::make_shared<std::atomic<bool>>(false))
+    , m_closing(std::make_shared<std::atomic<bool>>(false))
 {
     qRegisterMetaType<CorpusSummary>();
     qRegisterMetaType<RunSummary>();
@@ -310,7 +320,7 @@ EngineController::EngineController(QObject* parent)
     m_engine = new EngineWorker(m_cancel);
     m_engine->moveToThread(&m_engineThread);
     connect(&m_engineThread, &QThread::finished, m_engine, &QObject::deleteLater);
-    m_chat = new ChatWorker;
+    m_chat = new ChatWorker(m_closing);
     m_chat->moveToThread(&m_chatThread);
     connect(&m_chatThread, &QThread::finished, m_chat, &QObject::deleteLater);
 
@@ -362,6 +372,7 @@ EngineController::EngineController(QObject* parent)
 EngineController::~EngineController()
 {
     m_cancel->store(true); // a running training stops after its current batch, with a checkpoint
+    m_closing->store(true); // a reply in progress stops at its next decoder step
     m_engineThread.quit();
     m_chatThread.quit();
     m_engineThread.wait();

@@ -152,6 +152,7 @@ private:
     EngineWorker* m_engine = nullptr;
     ChatWorker* m_chat = nullptr;
     std::shared_ptr<std::atomic<bool>> m_cancel;
+    std::shared_ptr<std::atomic<bool>> m_closing; // set by the destructor: the chat thread's reply stops
     std::vector<chatbench::DeviceInfo> m_devices;
     bool m_training = false;
     bool m_benchmarking = false;

@@ -125,4 +125,21 @@ Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& i
     return batch;
 }
 
+Batch rowSlice(const Batch& batch, int64_t begin, int64_t end)
+{
+    Batch part;
+    part.lengths = batch.lengths.slice(0, begin, end);
+    const int64_t S = std::max<int64_t>(1, part.lengths.max().item<int64_t>());
+    part.mask = batch.mask.slice(0, begin, end);
+    const auto perRow = part.mask.sum(1);
+    part.tokens = perRow.sum().item<int64_t>();
+    // Targets are left-aligned, so a row's real tokens are its first ones.
+    const int64_t T = std::max<int64_t>(1, perRow.max().item<int64_t>());
+    part.mask = part.mask.slice(1, 0, T);
+    part.source = batch.source.slice(0, begin, end).slice(1, 0, S);
+    part.input = batch.input.slice(0, begin, end).slice(1, 0, T);
+    part.target = batch.target.slice(0, begin, end).slice(1, 0, T);
+    return part;
+}
+
 } // namespace chatbench

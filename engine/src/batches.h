@@ -42,4 +42,8 @@ struct Batch {
 
 Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& indices, const torch::Device& device);
 
+// Rows [begin, end) of a batch, its padding trimmed to the slice's own longest prompt and response
+// (a pass over fewer pairs when a whole batch does not fit in device memory).
+Batch rowSlice(const Batch& batch, int64_t begin, int64_t end);
+
 } // namespace chatbench

@@ -11,8 +11,6 @@
 #include "tracedreply.h"
 #include "trainstep.h"
 
-#include <c10/cuda/CUDACachingAllocator.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -378,24 +376,6 @@ struct Bench {
         ++done;
     }
 };
-
-std::string firstLine(const std::string& what)
-{
-    return what.substr(0, what.find('\n'));
-}
-
-// Called after a failure: after a sticky CUDA error (an illegal address, a device assert) even
-// this throws, and nothing may leave the handler that keeps the rest of the report.
-void releaseCachedMemory(const torch::Device& dev) noexcept
-{
-    if (!dev.is_cuda())
-        return;
-    try {
-        c10::cuda::CUDACachingAllocator::emptyCache();
-    } catch (...) {
-        // the device is unusable; its remaining combinations will fail and say so in their notes
-    }
-}
 
 } // namespace
 

@@ -206,6 +206,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
     std::vector<Hyp> beams { { {}, 0.0, h0, c0 } };
     std::vector<Hyp> done;
     for (int t = 0; t < maxSteps && !beams.empty(); ++t) {
+        throwIfCancelled(opt);
         struct Cand {
             size_t beam;
             int64_t token;
@@ -313,6 +314,7 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     std::vector<torch::Tensor> stepLogits, statesIn, statesOut; // states as (2, L, H)
     double logpSum = 0;
     for (int t = 0; t < maxSteps; ++t) {
+        throwIfCancelled(opt);
         const auto t0 = std::chrono::steady_clock::now();
         const bool reset = opt.handoff == HandoffMode::ResetEachStep && t > 0;
         auto hIn = reset ? torch::zeros_like(h) : h;
@@ -428,6 +430,7 @@ std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, co
     auto input = torch::full({ N, 1 }, Tokenizer::kStart, dev.dtype(torch::kInt64));
     std::vector<bool> done(texts.size(), false);
     for (int t = 0; t < maxSteps; ++t) {
+        throwIfCancelled(opt);
         if (opt.handoff == HandoffMode::ResetEachStep && t > 0) {
             h = torch::zeros_like(h);
             c = torch::zeros_like(c);

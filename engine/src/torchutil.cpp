@@ -1,5 +1,7 @@
 #include "torchutil.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include <cstdlib>
 
 namespace chatbench {
@@ -8,6 +10,22 @@ std::vector<float> toVector(const torch::Tensor& t)
 {
     auto flat = t.detach().to(torch::kCPU, torch::kFloat32).contiguous().reshape({ -1 });
     return std::vector<float>(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+}
+
+void releaseCachedMemory(const torch::Device& dev) noexcept
+{
+    if (!dev.is_cuda())
+        return;
+    try {
+        c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (...) {
+        // the device is unusable; what runs on it next fails and says so
+    }
+}
+
+std::string firstLine(const std::string& what)
+{
+    return what.substr(0, what.find('\n'));
 }
 
 double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b)

@@ -33,6 +33,13 @@ void setDeterminism(bool deterministic);
 // for Intel GPUs; this torch warns when it is set, so it is left at its default, off.)
 void setTf32(bool on);
 
+// Frees the CUDA caching allocator's unused blocks after a failure (nothing for other devices).
+// After a sticky CUDA error (an illegal address, a device assert) even that throws; nothing may
+// leave a handler that keeps the rest of the work, so this swallows it.
+void releaseCachedMemory(const torch::Device& dev) noexcept;
+// An exception's first line (c10::Error appends a C++ backtrace to its message).
+std::string firstLine(const std::string& what);
+
 // A tensor's values as a flat float vector (copied to the CPU).
 std::vector<float> toVector(const torch::Tensor& t);
 // Largest absolute element-wise difference.

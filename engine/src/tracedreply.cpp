@@ -1,5 +1,6 @@
 #include "tracedreply.h"
 
+#include "chatbench/error.h"
 #include "torchutil.h"
 
 #include <algorithm>
@@ -38,6 +39,12 @@ double maxDiff(const std::vector<LayerState>& a, const std::vector<LayerState>& 
 }
 
 } // namespace
+
+void throwIfCancelled(const DecodeOptions& opt)
+{
+    if (opt.cancel && opt.cancel->load())
+        throw Error("reply cancelled");
+}
 
 int64_t sampleToken(const torch::Tensor& logits, const DecodeOptions& opt, std::mt19937_64& rng)
 {
@@ -93,6 +100,7 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
     int64_t input = Tokenizer::kStart;
     double logpSum = 0;
     for (int t = 0; t < maxSteps; ++t) {
+        throwIfCancelled(opt);
         const auto t0 = std::chrono::steady_clock::now();
         if (opt.handoff == HandoffMode::ResetEachStep && t > 0)
             clear();

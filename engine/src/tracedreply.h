@@ -22,6 +22,9 @@ namespace chatbench {
 void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& tok, const std::vector<int64_t>& source,
     const DecodeOptions& opt, int maxSteps, bool stopAtEnd, Reply& r);
 
+// Throws Error("reply cancelled") once opt.cancel is set; called at every decoder step.
+void throwIfCancelled(const DecodeOptions& opt);
+
 // A token drawn from softmax(logits / temperature) among the top-k (all when topK is 0), never
 // <pad> or <start>.
 int64_t sampleToken(const torch::Tensor& logits, const DecodeOptions& opt, std::mt19937_64& rng);

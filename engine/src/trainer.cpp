@@ -69,10 +69,18 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
         for (size_t i = start; i < std::min(s.validation.size(), start + B); ++i)
             idx.push_back(i);
         Batch batch = collate(s.validation, idx, s.step.device);
-        int64_t hits = 0;
-        sum += lossSum(s.step, batch, false, 1.0, &hits).item<double>();
+        double batchSum = 0;
+        int64_t batchHits = 0;
+        inPasses(
+            s.step, batch, [&] { batchSum = 0, batchHits = 0; },
+            [&](const Batch& part) {
+                int64_t hits = 0;
+                batchSum += lossSum(s.step, part, false, 1.0, &hits).item<double>();
+                batchHits += hits;
+            });
+        sum += batchSum;
         tokens += batch.tokens;
-        correct += hits;
+        correct += batchHits;
     }
     v.loss = sum / static_cast<double>(tokens);
     v.accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
@@ -147,6 +155,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         return result;
     };
     auto cancelled = [&] { return cb.cancel && cb.cancel->load(); };
+    auto noteBackOff = [&](int64_t passRowsBefore) {
+        if (s.step.passRows != passRowsBefore)
+            log(cb,
+                "out of memory on " + s.step.device.str() + ": each batch of " + std::to_string(s.cfg.batchSize)
+                    + " now runs as passes of " + std::to_string(s.step.passRows)
+                    + " pairs (gradients summed: the same update)");
+    };
     std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
     auto checkpoint = [&] {
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
@@ -176,7 +191,9 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             // reseeded from (seed, step), a CUDA generator's state is in the checkpoint.
             seedStep(s.cfg.seed, s.state.step);
             Batch batch = collate(s.train, plan[static_cast<size_t>(b)], s.step.device);
+            const int64_t passRowsBefore = s.step.passRows;
             const StepOutcome out = trainStep(s.step, batch);
+            noteBackOff(passRowsBefore);
             if (!std::isfinite(out.loss) && !s.step.lossScaling)
                 throw Error("training diverged: the loss is " + std::to_string(out.loss) + " at step "
                     + std::to_string(s.state.step + 1)
@@ -207,7 +224,9 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         }
 
         bool valCancelled = false;
+        const int64_t passRowsBefore = s.step.passRows;
         const Validation v = validate(s, cb.cancel, &valCancelled);
+        noteBackOff(passRowsBefore);
         if (valCancelled) {
             s.state.epochSeconds = secondsSince(epochStart);
             checkpoint();

@@ -192,14 +192,49 @@ void setRngState(const torch::Device& device, const torch::Tensor& state)
     gen.set_state(state);
 }
 
+void inPasses(
+    Stepper& s, const Batch& batch, const std::function<void()>& restart, const std::function<void(const Batch&)>& pass)
+{
+    const int64_t B = batch.source.size(0);
+    for (;;) {
+        const int64_t rows = s.passRows > 0 ? std::min(s.passRows, B) : B;
+        try {
+            for (int64_t begin = 0; begin < B; begin += rows) {
+                const int64_t end = std::min(B, begin + rows);
+                if (s.beforePass)
+                    s.beforePass(end - begin);
+                pass(rows == B ? batch : rowSlice(batch, begin, end));
+            }
+            return;
+        } catch (const c10::OutOfMemoryError& e) {
+            releaseCachedMemory(s.device);
+            if (rows <= 1)
+                throw Error("out of memory on " + s.device.str() + " with one pair per pass (" + firstLine(e.what())
+                    + "); use a smaller model, a shorter --max-response, or the CPU");
+            s.passRows = (rows + 1) / 2;
+        }
+        restart();
+    }
+}
+
 StepOutcome trainStep(Stepper& s, const Batch& batch)
 {
     const bool scaleLoss = s.lossScaling;
     s.model->train();
-    auto sum = lossSum(s, batch, true, s.teacherForcing, nullptr);
-    auto loss = sum / static_cast<double>(batch.tokens);
-    s.optimizer->zero_grad();
-    (scaleLoss ? loss * s.lossScale : loss).backward();
+    const double tokens = static_cast<double>(batch.tokens);
+    torch::Tensor sum; // summed over the passes, in the loss' own dtype (one pass: as it was)
+    auto restart = [&] {
+        s.optimizer->zero_grad();
+        sum = torch::Tensor();
+    };
+    restart();
+    inPasses(s, batch, restart, [&](const Batch& part) {
+        auto partSum = lossSum(s, part, true, s.teacherForcing, nullptr);
+        auto loss = partSum / tokens; // this pass's share of the batch's mean
+        (scaleLoss ? loss * s.lossScale : loss).backward();
+        sum = sum.defined() ? sum + partSum.detach() : partSum.detach();
+    });
+    const auto loss = sum / tokens;
     StepOutcome out;
     out.applied = true;
     if (scaleLoss) {

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
 namespace chatbench {
@@ -30,6 +31,13 @@ struct Stepper {
     bool lossScaling = false;
     double lossScale = 65536.0;
     int64_t goodSteps = 0; // steps since the scale last changed
+    // Out of device memory: a batch is run as several passes of fewer pairs, their gradients
+    // summed (the same update as one pass, up to rounding). The pairs per pass back off B, ⌈B/2⌉,
+    // ⌈B/4⌉, … 1 and stay there for the rest of the run; out of memory at one pair is an Error.
+    // 0: every batch in one pass.
+    int64_t passRows = 0;
+    // Called before each pass with its number of pairs (tests simulate out-of-memory here).
+    std::function<void(int64_t rows)> beforePass;
 };
 
 // model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
@@ -59,5 +67,12 @@ torch::Tensor rngState(const torch::Device& device);
 void setRngState(const torch::Device& device, const torch::Tensor& state);
 // forward, backward, (fp16: unscale and overflow check), clip, optimizer step.
 StepOutcome trainStep(Stepper& s, const Batch& batch);
+
+// Runs `pass` over `batch` in row slices of at most s.passRows pairs (the whole batch when 0).
+// Out of device memory (c10::OutOfMemoryError) in a pass: the device's cached memory is freed,
+// s.passRows halved, `restart` called and every pass run again; at one pair it is an Error
+// naming the device. Other errors pass through untouched.
+void inPasses(Stepper& s, const Batch& batch, const std::function<void()>& restart,
+    const std::function<void(const Batch&)>& pass);
 
 } // namespace chatbench

@@ -17,6 +17,7 @@
 #include "chatbench/names.h"
 #include "chatbench/tokenizer.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,9 @@ struct DecodeOptions {
     // false: a greedy reply with the correct handoff on the CPU skips the state trace and its
     // checks (only the input words are kept) and takes the fast batch-1 path; other requests trace anyway.
     bool trace = true;
+    // Set (from any thread) to abandon the reply: checked at every decoder step, the reply then
+    // throws Error("reply cancelled"). The window sets it when it closes or changes run.
+    const std::atomic<bool>* cancel = nullptr;
 };
 
 struct LayerState {
