@@ -86,6 +86,7 @@ private Q_SLOTS:
     void chatFollowsTheNewestReply();
     void helpNeedsNoDisplay();
     void curvesSurviveStopResumeAndReopen();
+    void rapidTrainStopResumeCycles();
     void settingsPersist();
     void chartsKeepAllDataInView();
     void bestEpochMarkedAndOverfittingShown();
@@ -774,6 +775,45 @@ void TestUi::curvesSurviveStopResumeAndReopen()
     QVERIFY(smoothed->size() > 0 && raw->size() > 0);
     QVERIFY(std::abs(smoothed->begin()->value - raw->begin()->value) < 1e-9);
     train->plot()->setSmoothing(90);
+}
+
+void TestUi::rapidTrainStopResumeCycles()
+{
+    // Train, Stop, Resume, Stop, … as fast as a user can click, chatting in between: every cycle
+    // ends, the buttons come back, and the run's saved steps stay 1..n with none missing.
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    QVERIFY(ensureCorpus());
+    train->setConfig(smallConfig(1000));
+    QSignalSpy finished(engine, &EngineController::trainingFinished);
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    QSignalSpy failures(engine, &EngineController::failed);
+    // The engine thread is busy (the doctor) when Train and Stop are clicked: the Stop must hold
+    // once the queued training starts.
+    engine->runDoctor();
+    train->trainButton()->click();
+    QString run;
+    for (int cycle = 0; cycle < 6; ++cycle) {
+        if (cycle > 0) {
+            QVERIFY(train->resumeButton()->isEnabled());
+            train->resumeButton()->click();
+        }
+        QTest::qWait(cycle * 60); // the first Stop lands before training has started
+        m_window->chatView()->ask("hello");
+        train->stopButton()->click();
+        QVERIFY(finished.wait(30000));
+        QCOMPARE(finished.takeFirst().at(0).value<TrainResult>().status, TrainStatus::Cancelled);
+        QVERIFY(!engine->isTraining());
+        QVERIFY(train->trainButton()->isEnabled() && !train->stopButton()->isEnabled());
+        if (run.isEmpty())
+            run = train->currentRun();
+        QCOMPARE(train->currentRun(), run);
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(replies.count() + failures.count() >= 6, 30000); // every question answered
+    const auto steps = readRunSteps(run.toStdString());
+    for (size_t i = 0; i < steps.size(); ++i)
+        QCOMPARE(steps[i].step, static_cast<int64_t>(i + 1));
+    QCOMPARE(Chatbot::load(run.toStdString()).step(), steps.empty() ? int64_t(0) : steps.back().step);
 }
 
 void TestUi::settingsPersist()

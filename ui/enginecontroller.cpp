@@ -152,7 +152,7 @@ public:
             Q_EMIT failed(tr("Load a corpus before benchmarking: the timings train and answer on it."),
                 EngineController::Job::Bench);
         } else {
-            m_cancel->store(false);
+            // (cancel was cleared when the job was queued: a Stop that comes before it starts counts)
             BenchCallbacks cb;
             cb.cancel = m_cancel.get();
             cb.onProgress = [&](const std::string& what, int done, int total) {
@@ -196,7 +196,8 @@ Q_SIGNALS:
 private:
     template <typename Fn> void run(const QString& runDir, Fn&& fn)
     {
-        m_cancel->store(false);
+        // Not cleared here but when the job was queued: a Stop (or the window closing) between the
+        // two must still stop it.
         TrainCallbacks cb;
         cb.cancel = m_cancel.get();
         bool started = false;
