@@ -19,5 +19,11 @@ if(NOT Torch_DIR)
   set(Python_EXECUTABLE "${CHATBENCH_PYTHON}")
 endif()
 
-find_package(Torch REQUIRED)
-message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+if(CHATBENCH_TORCH_OPTIONAL) # the fuzz harnesses: those that need no Torch build without it
+  find_package(Torch QUIET)
+else()
+  find_package(Torch REQUIRED)
+endif()
+if(Torch_FOUND)
+  message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+endif()

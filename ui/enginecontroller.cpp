@@ -299,6 +299,16 @@ private:
 
 // ---- controller ---------------------------------------------------------------------------
 
+namespace {
+
+// Runs `fn` on `worker`'s thread, after whatever that thread is doing.
+template <typename Worker, typename Fn> void post(Worker* worker, Fn&& fn)
+{
+    QMetaObject::invokeMethod(worker, std::forward<Fn>(fn), Qt::QueuedConnection);
+}
+
+} // namespace
+
 EngineController::EngineController(QObject* parent)
     : QObject(parent)
     , m_cancel(std::make_shared<std::atomic<bool>>(false))
@@ -366,8 +376,7 @@ EngineController::EngineController(QObject* parent)
     m_chatThread.setObjectName("chatbench-chat");
     m_engineThread.start();
     m_chatThread.start();
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine] { w->probeDevices(); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine] { w->probeDevices(); });
 }
 
 EngineController::~EngineController()
@@ -382,8 +391,7 @@ EngineController::~EngineController()
 
 void EngineController::loadCorpus(const CorpusRequest& request)
 {
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, request] { w->loadCorpus(request); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, request] { w->loadCorpus(request); });
 }
 
 void EngineController::startTraining(const TrainConfig& config, const QString& runDir)
@@ -392,8 +400,7 @@ void EngineController::startTraining(const TrainConfig& config, const QString& r
         return;
     m_training = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, config, runDir] { w->train(config, runDir); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, config, runDir] { w->train(config, runDir); });
 }
 
 void EngineController::resume(const QString& runDir, int epochs)
@@ -402,8 +409,7 @@ void EngineController::resume(const QString& runDir, int epochs)
         return;
     m_training = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); });
 }
 
 void EngineController::runBench(const BenchConfig& config)
@@ -414,14 +420,12 @@ void EngineController::runBench(const BenchConfig& config)
     }
     m_benchmarking = true;
     m_cancel->store(false);
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, config] { w->bench(config); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, config] { w->bench(config); });
 }
 
 void EngineController::runDoctor()
 {
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine] { w->doctor(); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine] { w->doctor(); });
 }
 
 bool EngineController::canImportKeras()
@@ -436,12 +440,9 @@ bool EngineController::canImportKeras()
 void EngineController::importKeras(const QString& model, const QString& tokenizer, const QString& startWord,
     const QString& endWord, const QString& runDir)
 {
-    QMetaObject::invokeMethod(
-        m_engine,
-        [w = m_engine, model, tokenizer, startWord, endWord, runDir] {
-            w->importKeras(model, tokenizer, startWord, endWord, runDir);
-        },
-        Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, model, tokenizer, startWord, endWord, runDir] {
+        w->importKeras(model, tokenizer, startWord, endWord, runDir);
+    });
 }
 
 void EngineController::stop()
@@ -451,22 +452,19 @@ void EngineController::stop()
 
 void EngineController::loadRun(const QString& runDir, bool best)
 {
-    QMetaObject::invokeMethod(
-        m_engine, [w = m_engine, runDir, best] { w->loadRun(runDir, best); }, Qt::QueuedConnection);
+    post(m_engine, [w = m_engine, runDir, best] { w->loadRun(runDir, best); });
 }
 
 quint64 EngineController::chat(const QString& text, const DecodeOptions& options)
 {
     const quint64 id = m_nextId++;
-    QMetaObject::invokeMethod(
-        m_chat, [w = m_chat, id, text, options] { w->reply(id, text, options); }, Qt::QueuedConnection);
+    post(m_chat, [w = m_chat, id, text, options] { w->reply(id, text, options); });
     return id;
 }
 
 void EngineController::probeDiversity(const QStringList& questions, const DecodeOptions& options)
 {
-    QMetaObject::invokeMethod(
-        m_chat, [w = m_chat, questions, options] { w->probe(questions, options); }, Qt::QueuedConnection);
+    post(m_chat, [w = m_chat, questions, options] { w->probe(questions, options); });
 }
 
 #include "enginecontroller.moc"

@@ -9,12 +9,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -683,7 +688,7 @@ namespace {
 KerasTokenizer readTokenizerJson(const std::string& path);
 } // namespace
 
-KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
+KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
 {
     H5::Exception::dontPrint();
     std::error_code ec;
@@ -727,6 +732,209 @@ KerasTokenizer readKerasTokenizer(const std::string& path)
         return readTokenizerJson(path);
     } catch (const json::exception& e) { // a field of an unexpected type
         throw Error(path, 0, std::string("the tokenizer: ") + e.what());
+    }
+}
+
+// ---- the reader in a child process ---------------------------------------------------------------
+//
+// HDF5 (Debian's 1.10) reads past its buffers on some malformed files (found by fuzzing:
+// H5HG_read, reading a variable-length string attribute). Such a file must not take the window
+// down with it, so the model is read in a forked child that sends the result back as CBOR; a
+// child killed by a signal becomes an Error naming the file.
+
+namespace {
+
+json tensorJson(const KerasTensor& t)
+{
+    const auto* bytes = reinterpret_cast<const uint8_t*>(t.data.data());
+    return { { "shape", t.shape },
+        { "data", json::binary(std::vector<uint8_t>(bytes, bytes + t.data.size() * sizeof(float))) } };
+}
+
+KerasTensor tensorFrom(const json& j)
+{
+    KerasTensor t;
+    t.shape = j.at("shape").get<std::vector<int64_t>>();
+    const auto& bytes = j.at("data").get_binary();
+    t.data.resize(bytes.size() / sizeof(float));
+    std::memcpy(t.data.data(), bytes.data(), t.data.size() * sizeof(float));
+    return t;
+}
+
+json lstmsJson(const std::vector<KerasLstm>& layers)
+{
+    json out = json::array();
+    for (const KerasLstm& l : layers)
+        out.push_back({ { "name", l.name }, { "kernel", tensorJson(l.kernel) },
+            { "recurrent", tensorJson(l.recurrent) }, { "bias", tensorJson(l.bias) } });
+    return out;
+}
+
+std::vector<KerasLstm> lstmsFrom(const json& j)
+{
+    std::vector<KerasLstm> out;
+    for (const json& l : j)
+        out.push_back({ l.at("name").get<std::string>(), tensorFrom(l.at("kernel")), tensorFrom(l.at("recurrent")),
+            tensorFrom(l.at("bias")) });
+    return out;
+}
+
+json modelJson(const KerasSeq2Seq& m)
+{
+    return { { "file", m.file }, { "vocabulary", m.vocabulary }, { "embed", m.embed }, { "hidden", m.hidden },
+        { "layers", m.layers }, { "shared_embedding", m.sharedEmbedding }, { "encoder_mask", m.encoderMask },
+        { "source_length", m.sourceLength ? json(*m.sourceLength) : json() },
+        { "target_length", m.targetLength ? json(*m.targetLength) : json() },
+        { "encoder_embedding", tensorJson(m.encoderEmbedding) },
+        { "decoder_embedding", tensorJson(m.decoderEmbedding) }, { "encoder", lstmsJson(m.encoder) },
+        { "decoder", lstmsJson(m.decoder) }, { "dense_kernel", tensorJson(m.denseKernel) },
+        { "dense_bias", tensorJson(m.denseBias) }, { "notes", m.notes } };
+}
+
+KerasSeq2Seq modelFrom(const json& j)
+{
+    KerasSeq2Seq m;
+    m.file = j.at("file").get<std::string>();
+    m.vocabulary = j.at("vocabulary").get<int64_t>();
+    m.embed = j.at("embed").get<int64_t>();
+    m.hidden = j.at("hidden").get<int64_t>();
+    m.layers = j.at("layers").get<int>();
+    m.sharedEmbedding = j.at("shared_embedding").get<bool>();
+    m.encoderMask = j.at("encoder_mask").get<bool>();
+    if (!j.at("source_length").is_null())
+        m.sourceLength = j["source_length"].get<int>();
+    if (!j.at("target_length").is_null())
+        m.targetLength = j["target_length"].get<int>();
+    m.encoderEmbedding = tensorFrom(j.at("encoder_embedding"));
+    m.decoderEmbedding = tensorFrom(j.at("decoder_embedding"));
+    m.encoder = lstmsFrom(j.at("encoder"));
+    m.decoder = lstmsFrom(j.at("decoder"));
+    m.denseKernel = tensorFrom(j.at("dense_kernel"));
+    m.denseBias = tensorFrom(j.at("dense_bias"));
+    m.notes = j.at("notes").get<std::vector<std::string>>();
+    return m;
+}
+
+constexpr int kChildCannotReply = 3;
+// Long enough for gigabytes of weights; a child that takes longer is stuck (HDF5 loops forever on
+// some malformed files) and is killed.
+constexpr int kChildSeconds = 600;
+
+// The child's whole life: read, send, exit without running the parent's exit handlers.
+[[noreturn]] void readInChild(const std::string& path, int out)
+{
+    json reply;
+    try {
+        reply = { { "model", modelJson(readKerasSeq2SeqInProcess(path)) } };
+    } catch (const Error& e) {
+        reply = { { "error", { { "file", e.file() }, { "line", e.line() }, { "message", e.message() } } } };
+    } catch (const std::exception& e) {
+        reply = { { "error", { { "file", path }, { "line", 0 }, { "message", e.what() } } } };
+    } catch (...) {
+        reply = { { "error", { { "file", path }, { "line", 0 }, { "message", "an unknown failure reading it" } } } };
+    }
+    const std::vector<uint8_t> bytes = json::to_cbor(reply);
+    size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(out, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            ::_exit(kChildCannotReply);
+        done += static_cast<size_t>(n);
+    }
+    ::_exit(0);
+}
+
+} // namespace
+
+KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
+{
+    int fds[2];
+    if (::pipe(fds) != 0)
+        throw Error(path, 0, std::string("cannot start reading the model: ") + std::strerror(errno));
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        const int err = errno;
+        ::close(fds[0]);
+        ::close(fds[1]);
+        throw Error(path, 0, std::string("cannot start a process to read the model: ") + std::strerror(err));
+    }
+    if (pid == 0) {
+        // A crash ends the child at once: handlers inherited from the parent (Qt Test's and
+        // other crash reporters) would run on a heap HDF5 may just have corrupted.
+        for (int sig : { SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTRAP })
+            std::signal(sig, SIG_DFL);
+        // Only the reply pipe stays open: another thread's pipe (a second import) must not be
+        // held open by this child.
+        ::dup2(fds[1], 3);
+        ::close_range(4, ~0U, 0);
+        readInChild(path, 3);
+    }
+    ::close(fds[1]);
+    std::vector<uint8_t> bytes;
+    bool stuck = false;
+    try {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kChildSeconds);
+        uint8_t buf[1 << 16];
+        for (;;) {
+            const auto left
+                = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            pollfd p { fds[0], POLLIN, 0 };
+            const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+            if (ready < 0 && errno == EINTR)
+                continue;
+            if (ready == 0) {
+                stuck = true;
+                break;
+            }
+            const ssize_t n = ready < 0 ? -1 : ::read(fds[0], buf, sizeof buf);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            bytes.insert(bytes.end(), buf, buf + n);
+        }
+    } catch (...) { // out of memory for the reply: the child must not be left behind
+        stuck = true;
+    }
+    ::close(fds[0]);
+    if (stuck)
+        ::kill(pid, SIGKILL);
+    int status = 0;
+    pid_t waited;
+    while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) { }
+    const bool ok = waited == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !bytes.empty() && !stuck;
+    if (!ok) {
+        // The child's temporary copy of the weights (named after its process id) stays behind.
+        std::error_code ec;
+        const std::string prefix = "chatbench-keras-" + std::to_string(pid) + "-";
+        for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
+            if (e.path().filename().string().rfind(prefix, 0) == 0)
+                fs::remove(e.path(), ec);
+        if (stuck)
+            throw Error(path, 0,
+                "reading this file took over " + std::to_string(kChildSeconds)
+                    + " s and was stopped: it is corrupt, or far larger than a chatbot");
+        if (waited == pid && WIFEXITED(status) && WEXITSTATUS(status) == kChildCannotReply)
+            throw Error(path, 0, "the model was read but could not be handed over (out of memory?)");
+        const std::string how = waited != pid ? std::string("lost track of the reading process")
+            : WIFSIGNALED(status)
+            ? std::string("signal ") + std::to_string(WTERMSIG(status)) + ", " + ::strsignal(WTERMSIG(status))
+            : "exit status " + std::to_string(WEXITSTATUS(status));
+        throw Error(path, 0,
+            "the HDF5 or zip library failed reading this file (" + how + "): it is corrupt, or not a Keras model file");
+    }
+    try {
+        const json reply = json::from_cbor(bytes);
+        bytes = {};
+        if (reply.contains("error")) {
+            const json& e = reply["error"];
+            throw Error(e.at("file").get<std::string>(), e.at("line").get<long>(), e.at("message").get<std::string>());
+        }
+        return modelFrom(reply.at("model"));
+    } catch (const json::exception& e) {
+        throw Error(path, 0, std::string("reading the model went wrong: ") + e.what());
     }
 }
 

@@ -48,8 +48,11 @@ struct KerasSeq2Seq {
 };
 
 // Throws Error naming the file (and the layer, dataset or option) when it is not a supported
-// Keras seq2seq model or is malformed.
+// Keras seq2seq model or is malformed. The file is read in a child process: HDF5 reads out of
+// bounds on some malformed files, and a crash there becomes an Error here.
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path);
+// The same in this process (what the child runs; the fuzz harness calls it directly).
+KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path);
 
 // What `tokenizer.to_json()` holds that decides how text becomes ids.
 struct KerasTokenizer {

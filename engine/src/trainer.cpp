@@ -160,7 +160,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             log(cb,
                 "out of memory on " + s.step.device.str() + ": each batch of " + std::to_string(s.cfg.batchSize)
                     + " now runs as passes of " + std::to_string(s.step.passRows)
-                    + " pairs (gradients summed: the same update)");
+                    + " pairs (their gradients summed: the update of the whole batch)");
     };
     std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
     auto checkpoint = [&] {

@@ -32,9 +32,10 @@ struct Stepper {
     double lossScale = 65536.0;
     int64_t goodSteps = 0; // steps since the scale last changed
     // Out of device memory: a batch is run as several passes of fewer pairs, their gradients
-    // summed (the same update as one pass, up to rounding). The pairs per pass back off B, ⌈B/2⌉,
-    // ⌈B/4⌉, … 1 and stay there for the rest of the run; out of memory at one pair is an Error.
-    // 0: every batch in one pass.
+    // summed — the update of one pass, up to rounding (with dropout or scheduled sampling, each
+    // pass draws its own random numbers). The pairs per pass back off B, ⌈B/2⌉, ⌈B/4⌉, … 1 and
+    // stay there for the rest of the run; out of memory at one pair is an Error. (The optimizer
+    // step itself is not split.) 0: every batch in one pass.
     int64_t passRows = 0;
     // Called before each pass with its number of pairs (tests simulate out-of-memory here).
     std::function<void(int64_t rows)> beforePass;

@@ -38,8 +38,9 @@ struct DecodeOptions {
     // false: a greedy reply with the correct handoff on the CPU skips the state trace and its
     // checks (only the input words are kept) and takes the fast batch-1 path; other requests trace anyway.
     bool trace = true;
-    // Set (from any thread) to abandon the reply: checked at every decoder step, the reply then
-    // throws Error("reply cancelled"). The window sets it when it closes or changes run.
+    // Set (from any thread) to abandon the reply: checked at every step of the traced, sampled,
+    // beam and batched decoders (not the untraced greedy path, a few milliseconds in all); the
+    // reply then throws Error("reply cancelled"). The window sets it when it closes.
     const std::atomic<bool>* cancel = nullptr;
 };
 
