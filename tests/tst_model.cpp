@@ -126,6 +126,16 @@ bool sameTensors(const std::vector<torch::Tensor>& a, const std::vector<torch::T
     return a.size() == b.size();
 }
 
+// Two steppers' weights agree element-wise within `tolerance`.
+bool weightsWithin(Stepper& a, Stepper& b, double tolerance)
+{
+    const auto x = copies(a.model->parameters()), y = copies(b.model->parameters());
+    for (size_t i = 0; i < x.size(); ++i)
+        if ((x[i] - y[i]).abs().max().item<double>() >= tolerance)
+            return false;
+    return x.size() == y.size();
+}
+
 std::vector<double> vec(const torch::Tensor& t)
 {
     auto f = t.to(torch::kFloat64).contiguous().view({ -1 });
@@ -490,9 +500,7 @@ void TestModel::lossScalingSkipsOverflowedSteps()
     Stepper plain = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
     const StepOutcome unscaled = trainStep(plain, batch);
     QCOMPARE(unscaled.lossSum, good.lossSum);
-    const auto a = copies(s.model->parameters()), b = copies(plain.model->parameters());
-    for (size_t i = 0; i < a.size(); ++i)
-        QVERIFY((a[i] - b[i]).abs().max().item<double>() < 1e-6);
+    QVERIFY(weightsWithin(s, plain, 1e-6));
 }
 
 void TestModel::lossScaleDoublesAfter2000GoodSteps()
@@ -560,9 +568,7 @@ void TestModel::outOfMemoryBacksOffToSmallerPasses()
     Stepper whole = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
     const StepOutcome one = trainStep(whole, batch);
     QVERIFY(std::abs(split.lossSum - one.lossSum) < 1e-5 * std::abs(one.lossSum));
-    const auto a = copies(s.model->parameters()), b = copies(whole.model->parameters());
-    for (size_t i = 0; i < a.size(); ++i)
-        QVERIFY((a[i] - b[i]).abs().max().item<double>() < 1e-6);
+    QVERIFY(weightsWithin(s, whole, 1e-6));
 
     // The back-off stays: the next step starts at 2 pairs per pass.
     passes.clear();
