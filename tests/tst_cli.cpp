@@ -52,6 +52,7 @@ private Q_SLOTS:
     void corpusErrorsNameFileAndLine();
     void trainSeedPresetAndChat();
     void chatJsonTrace();
+    void chatExplain();
     void interactiveChat();
     void badArguments();
     void stopAndResume();
@@ -200,6 +201,46 @@ void TestCli::chatJsonTrace()
         = QJsonDocument::fromJson(broken.out.toUtf8()).object()["trace"].toObject()["checks"].toObject();
     QVERIFY(!bc["handoff_equal"].toBool());
     QVERIFY(!bc["teacher_forced_equal"].toBool());
+}
+
+void TestCli::chatExplain()
+{
+    // A reply explained: occlusion, the nearest training prompt (memorised), the beam tree and a
+    // what-if branch, as JSON and as text.
+    const Run r = cli({ "chat", "--run", m_run, "--once", "how old are you", "--explain", "--json", "--method", "beam",
+        "--beam", "2", "--force", "1:morning", "--neighbours", "2", "--compare", "do you sleep" });
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(r.err.contains("indexed 5 training prompts"));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["reply"]["reply"].toString(), QString("a few epochs old"));
+    QCOMPARE(j["occlusion"].toArray().size(), qsizetype(4));
+    QCOMPARE(j["neighbours"]["nearest"][0]["prompt"].toString(), QString("how old are you"));
+    QVERIFY(j["neighbours"]["memorised"].toBool());
+    QVERIFY(j["reply"]["beam_tree"].toArray().size() > 3);
+    const QJsonObject branch = j["branches"][0].toObject();
+    QCOMPARE(branch["step"].toInt(), 1);
+    QVERIFY(branch["reply"]["reply"].toString().startsWith("a morning"));
+    QVERIFY(branch["reply"]["trace"]["checks"]["teacher_forced_equal"].toBool());
+    QVERIFY(j["comparison"]["replies_differ"].toBool());
+    QVERIFY(!j["comparison"]["zero_init_replies_differ"].toBool());
+
+    const Run text = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--explain", "--metric", "l2" });
+    QCOMPARE(text.code, 0);
+    QVERIFY(text.out.startsWith("only when the loss is flat\n"));
+    QVERIFY(text.out.contains("which words moved the state"));
+    QVERIFY(text.out.contains("nearest training prompts (l2, of 5)"));
+    QVERIFY(text.out.contains("memorised"));
+
+    // Bad what-if requests name what is wrong.
+    const Run word = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--force", "0:zzyzx" });
+    QVERIFY(word.code != 0);
+    QVERIFY2(word.err.contains("zzyzx") && word.err.contains("vocabulary"), qPrintable(word.err));
+    const Run step = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--force", "99:flat" });
+    QVERIFY(step.code != 0);
+    QVERIFY2(step.err.contains("step 99"), qPrintable(step.err));
+    const Run spec = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--force", "x:flat" });
+    QVERIFY(spec.code != 0);
+    QVERIFY2(spec.err.contains("STEP:WORD"), qPrintable(spec.err));
 }
 
 void TestCli::interactiveChat()

@@ -1,6 +1,8 @@
 // chatbench-cli chat — replies from a trained run, interactive or --once, with the handoff checks.
 
 #include "chatbench/chatbot.h"
+#include "chatbench/error.h"
+#include "chatbench/explain.h"
 #include "common.h"
 
 #include <unistd.h>
@@ -29,7 +31,105 @@ struct ChatArgs {
     uint64_t seed = DecodeOptions {}.seed;
     int maxLength = DecodeOptions {}.maxLength;
     std::string handoff = handoffModeName(DecodeOptions {}.handoff);
+    bool explain = false;
+    std::vector<std::string> force; // STEP:WORD
+    int neighbours = ExplainOptions {}.neighbours;
+    std::string metric = stateMetricName(ExplainOptions {}.metric);
+    std::optional<std::string> compare;
+    bool explaining() const { return explain || !force.empty() || compare.has_value(); }
 };
+
+// "--force 2:fine" → (2, "fine"); the step is counted from 0, as in the JSON trace.
+std::pair<int, std::string> parseForce(const std::string& spec)
+{
+    const auto colon = spec.find(':');
+    int step = -1;
+    if (colon != std::string::npos && colon > 0 && colon + 1 < spec.size()) {
+        try {
+            size_t used = 0;
+            step = std::stoi(spec.substr(0, colon), &used);
+            if (used != colon)
+                step = -1;
+        } catch (const std::exception&) {
+            step = -1;
+        }
+    }
+    if (step < 0)
+        throw Error("--force " + spec + ": expected STEP:WORD, a step from 0 and a word of the vocabulary");
+    return { step, spec.substr(colon + 1) };
+}
+
+ExplainOptions explainOptions(const ChatArgs& a)
+{
+    ExplainOptions ex;
+    ex.neighbours = a.neighbours;
+    ex.metric = *parseStateMetric(a.metric);
+    for (const std::string& f : a.force)
+        ex.force.push_back(parseForce(f));
+    ex.compareWith = a.compare;
+    return ex;
+}
+
+// The kept hypotheses of a beam tree, indented under their parents; pruned ones counted.
+void printBeamTree(const std::vector<BeamNode>& tree)
+{
+    std::vector<std::vector<int>> children(tree.size());
+    std::vector<int> pruned(tree.size(), 0);
+    for (size_t i = 1; i < tree.size(); ++i) {
+        const auto p = static_cast<size_t>(tree[i].parent);
+        if (tree[i].kept)
+            children[p].push_back(static_cast<int>(i));
+        else
+            ++pruned[p];
+    }
+    std::cout << "  beam tree (" << tree.size() << " nodes; * = the reply's path):" << std::endl;
+    auto print = [&](auto&& self, int n, int depth) -> void {
+        const BeamNode& b = tree[static_cast<size_t>(n)];
+        std::cout << "    " << (b.chosen ? "* " : "  ") << std::string(static_cast<size_t>(depth) * 2, ' ') << b.word
+                  << "  (score " << fixed(b.score, 3) << (b.forced ? ", forced" : "") << ")";
+        if (pruned[static_cast<size_t>(n)] > 0)
+            std::cout << "  [" << pruned[static_cast<size_t>(n)] << " pruned]";
+        std::cout << std::endl;
+        for (int c : children[static_cast<size_t>(n)])
+            self(self, c, depth + 1);
+    };
+    print(print, 0, 0);
+}
+
+void printExplanation(const Explanation& e)
+{
+    std::cout << "  which words moved the state (drop one, re-encode):" << std::endl;
+    for (const Occlusion& o : e.occlusion)
+        std::cout << "    " << o.word << "  |Δ(h, c)| " << fixed(o.stateChange, 4) << " ("
+                  << fixed(100 * o.relativeChange, 1) << "%)"
+                  << (o.replyChanged ? "  reply becomes \"" + o.reply + "\"" : "  same reply") << std::endl;
+    if (!e.neighboursNote.empty())
+        std::cout << "  nearest training prompts: none (" << e.neighboursNote << ")" << std::endl;
+    else if (!e.neighbours.empty()) {
+        std::cout << "  nearest training prompts (" << stateMetricName(e.metric) << ", of " << e.indexedPrompts
+                  << "):" << std::endl;
+        for (const Neighbour& n : e.neighbours)
+            std::cout << "    cos " << fixed(n.cosine, 4) << "  l2 " << fixed(n.l2, 3) << "  \"" << n.prompt
+                      << "\" → \"" << n.response << "\"  (" << n.file << ":" << n.line << ")" << std::endl;
+        if (e.memorised)
+            std::cout << "    the reply is the nearest prompt's response: memorised" << std::endl;
+    }
+    if (!e.reply.beamTree.empty())
+        printBeamTree(e.reply.beamTree);
+    for (const Branch& b : e.branches)
+        std::cout << "  what if step " << b.step << " were \"" << b.forcedWord << "\": \"" << b.reply.text
+                  << "\"  (log p " << fixed(b.reply.logProbability, 3) << " vs " << fixed(e.reply.logProbability, 3)
+                  << "; checks: " << describe(b.reply.trace.checks) << ")" << std::endl;
+    if (e.comparison) {
+        const QuestionComparison& q = *e.comparison;
+        std::cout << "  compared with \"" << q.questions[1] << "\": state l2 " << fixed(q.l2, 4) << ", cos "
+                  << fixed(q.cosine, 4) << std::endl
+                  << "    handed over:     \"" << q.reply[0] << "\" / \"" << q.reply[1] << "\""
+                  << (q.repliesDiffer ? "  (different)" : "  (the same)") << std::endl
+                  << "    started at zero: \"" << q.zeroInitReply[0] << "\" / \"" << q.zeroInitReply[1] << "\""
+                  << (q.zeroInitRepliesDiffer ? "  (different)" : "  (the same)") << std::endl;
+    }
+}
 
 DecodeOptions decodeOptions(const ChatArgs& a)
 {
@@ -69,8 +169,33 @@ int run(const ChatArgs& a)
     if (!bot.note().empty())
         std::cerr << "note: " << bot.note() << "\n";
     const DecodeOptions opt = decodeOptions(a);
+    const ExplainOptions ex = explainOptions(a);
+    // The neighbour index: built once, before the first question.
+    std::optional<PromptIndex> index;
+    if (a.explaining() && ex.neighbours > 0) {
+        try {
+            index = PromptIndex::build(bot, trainingPairs(bot), &cancelFlag());
+            std::cerr << "indexed " << index->size() << " training prompts in " << fixed(index->buildMilliseconds(), 0)
+                      << " ms" << std::endl;
+        } catch (const Error& e) {
+            std::cerr << "note: no nearest training prompts: " << e.what() << std::endl;
+        }
+    }
+    auto answer = [&](const std::string& text) {
+        if (!a.explaining()) {
+            printReply(bot.reply(text, opt), a);
+            return;
+        }
+        const Explanation e = explain(bot, text, opt, ex, index ? &*index : nullptr);
+        if (a.json) {
+            std::cout << toJson(e) << std::endl;
+            return;
+        }
+        printReply(e.reply, a);
+        printExplanation(e);
+    };
     if (a.once) {
-        printReply(bot.reply(*a.once, opt), a);
+        answer(*a.once);
         return 0;
     }
     const bool tty = ::isatty(STDIN_FILENO);
@@ -87,7 +212,7 @@ int run(const ChatArgs& a)
             continue;
         if (tty)
             std::cout << "bot> ";
-        printReply(bot.reply(line, opt), a);
+        answer(line);
     }
     return 0;
 }
@@ -112,6 +237,21 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--handoff", a->handoff, "correct, zero-init (the bug), reset-each-step")
         ->check(oneOf(handoffModeNames()));
     cmd->add_option("--device", a->device, "cpu, cuda, cuda:N");
+    cmd->add_flag("--explain", a->explain,
+        "Explain each reply: which words moved the state, the nearest training prompts, the beam tree (with --method "
+        "beam); with --json, all of it as JSON");
+    cmd->add_option("--force", a->force,
+        "What if: STEP:WORD forces that word at that decoder step (from 0) and decodes on; repeatable; implies "
+        "--explain");
+    cmd->add_option("--neighbours", a->neighbours, "Nearest training prompts to list (0 = none)")
+        ->check(CLI::Range(0, 1000))
+        ->capture_default_str();
+    cmd->add_option("--metric", a->metric, "Distance between encoder states: cosine or l2")
+        ->check(CLI::IsMember({ "cosine", "l2" }))
+        ->capture_default_str();
+    cmd->add_option("--compare", a->compare,
+        "A second question: both encoder states, their distance and both replies, handed over and from zeros; "
+        "implies --explain");
     cmd->add_option("--weights", a->weights, "latest (the newest checkpoint) or best (the lowest validation loss)")
         ->check(CLI::IsMember({ "latest", "best" }))
         ->capture_default_str();

@@ -127,7 +127,7 @@ std::vector<LayerState> layerStates(const torch::Tensor& h, const torch::Tensor&
 }
 
 // Source ids for one prompt; an empty prompt becomes one <unk>.
-std::vector<int64_t> sourceIds(const Tokenizer& tok, const ModelConfig& cfg, const std::string& text, Encoded* info)
+std::vector<int64_t> encodeSource(const Tokenizer& tok, const ModelConfig& cfg, const std::string& text, Encoded* info)
 {
     Encoded e = tok.encode(text);
     std::vector<int64_t> ids = e.ids;
@@ -194,22 +194,50 @@ int64_t argmaxToken(const torch::Tensor& logits)
     return l.argmax().item<int64_t>();
 }
 
-std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const torch::Tensor& h0,
-    const torch::Tensor& c0, const DecodeOptions& opt, int maxSteps)
+// The forced prefix of a what-if reply: known tokens, never <pad> or <start>, <end> only last.
+void checkForced(const DecodeOptions& o, int64_t V)
+{
+    for (size_t k = 0; k < o.forcedPrefix.size(); ++k) {
+        const int64_t id = o.forcedPrefix[k];
+        if (id < 0 || id >= V)
+            throw Error(
+                "forced token " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+        if (id == Tokenizer::kPad || id == Tokenizer::kStart)
+            throw Error("a reply cannot be forced to <pad> or <start>");
+        if (id == Tokenizer::kEnd && k + 1 < o.forcedPrefix.size())
+            throw Error("<end> can only be the last forced token");
+    }
+}
+
+// Beam search from (h0, c0), its first tokens forced to opt.forcedPrefix. `tree` gets every
+// candidate of every step (see BeamNode); the returned reply's path is marked chosen.
+std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const EncoderOutput& enc, const torch::Tensor& h0,
+    const torch::Tensor& c0, const DecodeOptions& opt, int maxSteps, std::vector<BeamNode>& tree)
 {
     struct Hyp {
         std::vector<int64_t> tokens;
         double logp = 0;
-        torch::Tensor h, c;
+        torch::Tensor h, c; // the state its last token is fed from
+        int node = 0; // its last token's node
     };
+    const int64_t V = tok.size();
     const int width = std::max(1, opt.beamWidth);
-    std::vector<Hyp> beams { { {}, 0.0, h0, c0 } };
+    tree.clear();
+    BeamNode root;
+    root.id = Tokenizer::kStart;
+    root.word = tok.word(Tokenizer::kStart);
+    root.kept = true;
+    tree.push_back(root);
+    std::vector<Hyp> beams { { {}, 0.0, h0, c0, 0 } };
     std::vector<Hyp> done;
+    auto topLayer = [](const torch::Tensor& t) { return toVector(t[t.size(0) - 1][0]); };
     for (int t = 0; t < maxSteps && !beams.empty(); ++t) {
         throwIfCancelled(opt);
+        const bool forcing = t < static_cast<int>(opt.forcedPrefix.size());
         struct Cand {
             size_t beam;
             int64_t token;
+            double tokenLogp;
             double logp;
         };
         std::vector<Cand> cands;
@@ -222,19 +250,39 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
             const int64_t last = hyp.tokens.empty() ? Tokenizer::kStart : hyp.tokens.back();
             outs.push_back(
                 m.decode(torch::tensor({ { last } }, torch::TensorOptions().device(h0.device())), hIn, cIn, enc));
-            auto lp = torch::log_softmax(outs.back().logits[0][0].to(torch::kFloat32), -1);
+            tree[static_cast<size_t>(hyp.node)].h = topLayer(outs.back().h);
+            tree[static_cast<size_t>(hyp.node)].c = topLayer(outs.back().c);
+            auto lp = torch::log_softmax(outs.back().logits[0][0].to(torch::kFloat32), -1).cpu();
             lp[Tokenizer::kPad] = -INFINITY;
             lp[Tokenizer::kStart] = -INFINITY;
-            auto [vals, idx] = lp.topk(width);
-            for (int k = 0; k < width; ++k)
-                cands.push_back({ b, idx[k].item<int64_t>(), hyp.logp + vals[k].item<double>() });
+            if (forcing) {
+                const int64_t id = opt.forcedPrefix[static_cast<size_t>(t)];
+                const double l = lp[id].item<double>();
+                cands.push_back({ b, id, l, hyp.logp + l });
+                continue;
+            }
+            auto [vals, idx] = lp.topk(std::min<int64_t>(width, V));
+            for (int64_t k = 0; k < vals.size(0); ++k)
+                cands.push_back(
+                    { b, idx[k].item<int64_t>(), vals[k].item<double>(), hyp.logp + vals[k].item<double>() });
         }
         std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
         std::vector<Hyp> next;
         for (const Cand& c : cands) {
-            if (static_cast<int>(next.size()) >= width)
-                break;
-            Hyp h { beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c };
+            BeamNode n;
+            n.parent = beams[c.beam].node;
+            n.step = t + 1;
+            n.id = c.token;
+            n.word = tok.word(c.token);
+            n.logProbability = c.tokenLogp;
+            n.score = c.logp;
+            n.forced = forcing;
+            n.finished = c.token == Tokenizer::kEnd;
+            n.kept = static_cast<int>(next.size()) < width;
+            tree.push_back(std::move(n));
+            if (!tree.back().kept)
+                continue;
+            Hyp h { beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c, static_cast<int>(tree.size() - 1) };
             if (c.token == Tokenizer::kEnd) {
                 done.push_back(std::move(h));
             } else {
@@ -250,9 +298,11 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const EncoderOutput& enc, const 
         done = beams;
     // Length-normalised: mean log-probability per emitted token (the <end> counts).
     auto norm = [](const Hyp& h) { return h.logp / static_cast<double>(h.tokens.size() + 1); };
-    return std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) {
-        return norm(a) < norm(b);
-    })->tokens;
+    const Hyp& best
+        = *std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) { return norm(a) < norm(b); });
+    for (int n = best.node; n >= 0; n = tree[static_cast<size_t>(n)].parent)
+        tree[static_cast<size_t>(n)].chosen = true;
+    return best.tokens;
 }
 
 } // namespace
@@ -261,13 +311,14 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
 {
     checkOptions(opt);
     Impl& I = *m_impl;
+    checkForced(opt, I.tok.size());
     torch::NoGradGuard noGrad;
     I.model->eval();
     const auto dev = torch::TensorOptions().device(I.device);
     Reply r;
     StateTrace& tr = r.trace;
     Encoded info;
-    tr.inputIds = sourceIds(I.tok, I.cfg.model, text, &info);
+    tr.inputIds = encodeSource(I.tok, I.cfg.model, text, &info);
     tr.inputWords = info.words;
     tr.unknownWords = info.unknown;
     tr.handoff = opt.handoff;
@@ -281,7 +332,8 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     // search and attention take the general path below).
     if (I.device.is_cpu() && !I.cfg.model.attention && opt.method != DecodeMethod::Beam) {
         std::call_once(I.fastOnce, [&] { I.fast = std::make_unique<FastDecoder>(*I.model); });
-        if (!opt.trace && opt.method == DecodeMethod::Greedy && opt.handoff == HandoffMode::Correct) {
+        if (!opt.trace && opt.method == DecodeMethod::Greedy && opt.handoff == HandoffMode::Correct
+            && opt.forcedPrefix.empty()) {
             r.ids = I.fast->reply(tr.inputIds, maxSteps, /*stopAtEnd=*/true, &r.score);
             r.text = I.tok.decode(r.ids);
         } else {
@@ -305,7 +357,9 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
 
     std::vector<int64_t> forced;
     if (opt.method == DecodeMethod::Beam)
-        forced = beamSearch(*I.model, enc, h0, c0, opt, maxSteps);
+        forced = beamSearch(*I.model, I.tok, enc, h0, c0, opt, maxSteps, r.beamTree);
+    else
+        forced = opt.forcedPrefix;
     std::mt19937_64 rng(opt.seed);
 
     auto h = h0, c = c0;
@@ -322,8 +376,10 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
         DecoderOutput d = I.model->decode(torch::tensor({ { input } }, dev), hIn, cIn, enc);
         auto logits = d.logits[0][0].to(torch::kFloat32); // (V)
         int64_t next;
-        if (opt.method == DecodeMethod::Beam)
-            next = t < static_cast<int>(forced.size()) ? forced[static_cast<size_t>(t)] : Tokenizer::kEnd;
+        if (t < static_cast<int>(forced.size()))
+            next = forced[static_cast<size_t>(t)];
+        else if (opt.method == DecodeMethod::Beam)
+            next = Tokenizer::kEnd;
         else if (opt.method == DecodeMethod::Sample)
             next = sampleToken(logits, opt, rng);
         else
@@ -370,6 +426,7 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
         input = next;
     }
     r.text = I.tok.decode(r.ids);
+    r.logProbability = logpSum;
     r.score = tr.steps.empty() ? 0 : logpSum / static_cast<double>(tr.steps.size());
 
     // The three checks.
@@ -387,48 +444,95 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     return r;
 }
 
+std::vector<int64_t> Chatbot::sourceIds(const std::string& text) const
+{
+    return encodeSource(m_impl->tok, m_impl->cfg.model, text, nullptr);
+}
+
+namespace {
+
+// The encoder over a padded batch of token lists (each checked: non-empty, known ids, at most
+// the model's source length).
+EncoderOutput encodeBatch(Chatbot::Impl& I, const std::vector<std::vector<int64_t>>& ids)
+{
+    const int64_t N = static_cast<int64_t>(ids.size());
+    int64_t S = 1;
+    for (const auto& v : ids) {
+        if (v.empty() || v.size() > static_cast<size_t>(I.cfg.model.maxSourceLength))
+            throw Error("a source must have 1.." + std::to_string(I.cfg.model.maxSourceLength) + " tokens");
+        for (int64_t id : v)
+            if (id < 0 || id >= I.tok.size())
+                throw Error("source token " + std::to_string(id) + " is outside the vocabulary");
+        S = std::max<int64_t>(S, static_cast<int64_t>(v.size()));
+    }
+    auto src = torch::zeros({ N, S }, torch::kInt64);
+    auto len = torch::zeros({ N }, torch::kInt64);
+    auto* sp = src.data_ptr<int64_t>();
+    for (int64_t i = 0; i < N; ++i) {
+        const auto& v = ids[static_cast<size_t>(i)];
+        std::copy(v.begin(), v.end(), sp + i * S);
+        len[i] = static_cast<int64_t>(v.size());
+    }
+    return I.model->encode(src.to(I.device), len);
+}
+
+} // namespace
+
+std::vector<std::vector<LayerState>> Chatbot::encoderFinalStates(const std::vector<std::vector<int64_t>>& sources) const
+{
+    Impl& I = *m_impl;
+    std::vector<std::vector<LayerState>> out;
+    if (sources.empty())
+        return out;
+    torch::NoGradGuard noGrad;
+    I.model->eval();
+    const EncoderOutput enc = encodeBatch(I, sources);
+    const auto h = enc.h.to(torch::kCPU, torch::kFloat32), c = enc.c.to(torch::kCPU, torch::kFloat32);
+    for (int64_t i = 0; i < static_cast<int64_t>(sources.size()); ++i)
+        out.push_back(layerStates(h, c, i));
+    return out;
+}
+
 std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, const DecodeOptions& opt) const
+{
+    std::vector<std::vector<int64_t>> ids;
+    std::vector<Encoded> info(texts.size());
+    for (size_t i = 0; i < texts.size(); ++i)
+        ids.push_back(encodeSource(m_impl->tok, m_impl->cfg.model, texts[i], &info[i]));
+    std::vector<Reply> replies = replyBatchIds(ids, opt);
+    for (size_t i = 0; i < texts.size(); ++i) {
+        replies[i].trace.inputWords = std::move(info[i].words);
+        replies[i].trace.unknownWords = std::move(info[i].unknown);
+    }
+    return replies;
+}
+
+std::vector<Reply> Chatbot::replyBatchIds(const std::vector<std::vector<int64_t>>& ids, const DecodeOptions& opt) const
 {
     checkOptions(opt);
     Impl& I = *m_impl;
-    std::vector<Reply> replies(texts.size());
-    if (texts.empty())
+    std::vector<Reply> replies(ids.size());
+    if (ids.empty())
         return replies;
     torch::NoGradGuard noGrad;
     I.model->eval();
     const auto dev = torch::TensorOptions().device(I.device);
-    const int64_t N = static_cast<int64_t>(texts.size());
-    std::vector<std::vector<int64_t>> ids;
-    int64_t S = 1;
-    for (size_t i = 0; i < texts.size(); ++i) {
-        Encoded info;
-        ids.push_back(sourceIds(I.tok, I.cfg.model, texts[i], &info));
-        replies[i].trace.inputIds = ids.back();
-        replies[i].trace.inputWords = info.words;
-        replies[i].trace.unknownWords = info.unknown;
-        replies[i].trace.handoff = opt.handoff;
-        S = std::max<int64_t>(S, static_cast<int64_t>(ids.back().size()));
-    }
-    auto src = torch::zeros({ N, S }, torch::kInt64);
-    auto len = torch::zeros({ N }, torch::kInt64);
-    for (int64_t i = 0; i < N; ++i) {
-        const auto& v = ids[static_cast<size_t>(i)];
-        for (size_t k = 0; k < v.size(); ++k)
-            src[i][static_cast<int64_t>(k)] = v[k];
-        len[i] = static_cast<int64_t>(v.size());
-    }
-    const EncoderOutput enc = I.model->encode(src.to(I.device), len);
+    const int64_t N = static_cast<int64_t>(ids.size());
+    const EncoderOutput enc = encodeBatch(I, ids);
     const bool zero = opt.handoff == HandoffMode::ZeroInit;
     auto h = zero ? torch::zeros_like(enc.h) : enc.h;
     auto c = zero ? torch::zeros_like(enc.c) : enc.c;
     for (int64_t i = 0; i < N; ++i) {
-        replies[static_cast<size_t>(i)].trace.encoderFinal = layerStates(enc.h, enc.c, i);
-        replies[static_cast<size_t>(i)].trace.device = I.device.str();
+        auto& tr = replies[static_cast<size_t>(i)].trace;
+        tr.inputIds = ids[static_cast<size_t>(i)];
+        tr.handoff = opt.handoff;
+        tr.encoderFinal = layerStates(enc.h, enc.c, i);
+        tr.device = I.device.str();
     }
     const int limit = I.cfg.model.maxTargetLength - 1;
     const int maxSteps = opt.maxLength > 0 ? std::min(opt.maxLength, limit) : limit;
     auto input = torch::full({ N, 1 }, Tokenizer::kStart, dev.dtype(torch::kInt64));
-    std::vector<bool> done(texts.size(), false);
+    std::vector<bool> done(ids.size(), false);
     for (int t = 0; t < maxSteps; ++t) {
         throwIfCancelled(opt);
         if (opt.handoff == HandoffMode::ResetEachStep && t > 0) {
@@ -534,7 +638,7 @@ std::string describe(const HandoffDiagnosis& d)
     return o.str();
 }
 
-std::string toJson(const Reply& r, int indent)
+nlohmann::ordered_json replyJson(const Reply& r)
 {
     using nlohmann::ordered_json;
     auto layers = [](const std::vector<LayerState>& v) {
@@ -548,6 +652,7 @@ std::string toJson(const Reply& r, int indent)
     j["reply"] = r.text;
     j["ids"] = r.ids;
     j["score"] = r.score;
+    j["log_probability"] = r.logProbability;
     ordered_json tj;
     tj["device"] = t.device;
     tj["handoff"] = handoffModeName(t.handoff);
@@ -578,8 +683,30 @@ std::string toJson(const Reply& r, int indent)
     tj["steps"] = steps;
     tj["checks"] = checksJson(t.checks);
     j["trace"] = tj;
+    if (!r.beamTree.empty()) {
+        ordered_json tree = ordered_json::array();
+        for (const BeamNode& n : r.beamTree) {
+            ordered_json nj = { { "parent", n.parent }, { "step", n.step }, { "id", n.id }, { "word", n.word },
+                { "log_p", n.logProbability }, { "score", n.score }, { "kept", n.kept }, { "finished", n.finished },
+                { "forced", n.forced }, { "chosen", n.chosen } };
+            if (!n.h.empty())
+                nj["state"] = { { "h", n.h }, { "c", n.c } };
+            tree.push_back(std::move(nj));
+        }
+        j["beam_tree"] = std::move(tree);
+    }
+    return j;
+}
+
+std::string dumpJson(const nlohmann::ordered_json& j, int indent)
+{
     // A prompt's words are the user's bytes: invalid UTF-8 becomes U+FFFD rather than an exception.
     return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string toJson(const Reply& r, int indent)
+{
+    return dumpJson(replyJson(r), indent);
 }
 
 nlohmann::ordered_json checksJson(const TraceChecks& c)

@@ -114,9 +114,9 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
         step.outputGate.assign(gates.begin() + 3 * H, gates.end());
 
         float* l = ws.logits.data_ptr<float>();
-        const int64_t next = opt.method == DecodeMethod::Sample
-            ? sampleToken(torch::from_blob(l, { V }, torch::kFloat32), opt, rng)
-            : greedyToken(l, V);
+        const int64_t next = t < static_cast<int>(opt.forcedPrefix.size()) ? opt.forcedPrefix[static_cast<size_t>(t)]
+            : opt.method == DecodeMethod::Sample ? sampleToken(torch::from_blob(l, { V }, torch::kFloat32), opt, rng)
+                                                 : greedyToken(l, V);
         // The log-softmax at temperature 1 (one vectorised pass) for the score and the top-k.
         at::_log_softmax_out(logProbs, ws.logits, /*dim=*/0, /*half_to_float=*/false);
         const float* lp = logProbs.data_ptr<float>();
@@ -153,6 +153,7 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
         input = next;
     }
     r.text = tok.decode(r.ids);
+    r.logProbability = logpSum;
     r.score = tr.steps.empty() ? 0 : logpSum / static_cast<double>(tr.steps.size());
 
     // The three checks: the handoff and the carried state from the trace itself ...

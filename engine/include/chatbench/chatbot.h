@@ -42,6 +42,10 @@ struct DecodeOptions {
     // beam and batched decoders (not the untraced greedy path, a few milliseconds in all); the
     // reply then throws Error("reply cancelled"). The window sets it when it closes.
     const std::atomic<bool>* cancel = nullptr;
+    // What-if decoding: the reply's first tokens, taken instead of the decoder's own choices (the
+    // state is carried through them as through any step); `method` decides the rest. Only the
+    // last may be <end> (the reply ends there); <pad> and <start> are errors. Traced replies only.
+    std::vector<int64_t> forcedPrefix;
 };
 
 struct LayerState {
@@ -99,11 +103,31 @@ struct StateTrace {
     int layers = 0;
 };
 
+// One node of a beam search's tree: a token proposed as the next word of a hypothesis.
+struct BeamNode {
+    int parent = -1; // index of the hypothesis it extends; -1 for the root (<start>)
+    int step = 0; // 0 for the root, then the reply position + 1
+    int64_t id = 0;
+    std::string word;
+    double logProbability = 0; // log p of this token given its parent
+    double score = 0; // cumulative log-probability of the hypothesis ending here
+    bool kept = false; // among the beam's best at its step (or finished); false: pruned there
+    bool finished = false; // an <end>: a complete reply
+    bool forced = false; // taken from DecodeOptions::forcedPrefix
+    bool chosen = false; // on the path of the reply given
+    // The top layer's (h, c) after this token was fed to the decoder; empty for nodes never
+    // expanded (pruned, finished, or kept at the last step).
+    std::vector<float> h;
+    std::vector<float> c;
+};
+
 struct Reply {
     std::string text;
     std::vector<int64_t> ids; // reply tokens without <end>
     double score = 0; // mean log-probability per token of the reply
+    double logProbability = 0; // sum of the chosen tokens' log-probabilities (<end> included)
     StateTrace trace; // filled by reply(); replyBatch fills only encoderFinal
+    std::vector<BeamNode> beamTree; // with beam search: every hypothesis kept and pruned, root first
 };
 
 class Chatbot {
@@ -121,6 +145,15 @@ public:
     Reply reply(const std::string& text, const DecodeOptions& options = {}) const;
     // Greedy replies to several prompts in one padded batch (no per-step trace).
     std::vector<Reply> replyBatch(const std::vector<std::string>& texts, const DecodeOptions& options = {}) const;
+    // The same for prompts already tokenized (each non-empty, at most the model's source length).
+    std::vector<Reply> replyBatchIds(
+        const std::vector<std::vector<int64_t>>& sources, const DecodeOptions& options = {}) const;
+    // The encoder's final state, per layer, of each source (ids as replyBatchIds takes them), in
+    // one padded batch.
+    std::vector<std::vector<LayerState>> encoderFinalStates(const std::vector<std::vector<int64_t>>& sources) const;
+    // The source ids the model reads for `text`: tokenized, cut at the model's source length, one
+    // <unk> when nothing is left.
+    std::vector<int64_t> sourceIds(const std::string& text) const;
 
     const Tokenizer& tokenizer() const;
     const TrainConfig& config() const;
