@@ -9,6 +9,7 @@
 #include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
+#include "explainviews.h"
 #include "guidedtour.h"
 #include "handoffview.h"
 #include "liveplot.h"
@@ -38,6 +39,7 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
+#include <QTimer>
 #include <QToolButton>
 
 #include <algorithm>
@@ -72,6 +74,7 @@ private Q_SLOTS:
     void badCorpusShowsErrorAndWindowStaysUsable();
     void trainProducesProgressAndPlotPoints();
     void chatReplyFillsHandoffView();
+    void explainTabsShowWhyThisReply();
     void breakingHandoffTurnsBadgeRedAndProbeDrops();
     void stopEndsTrainingWithinASecond();
     void chatWorksWhileTraining();
@@ -94,6 +97,7 @@ private Q_SLOTS:
     void compareSeparatesWorkloads();
     void everyControlExplainsItself();
     void guidedTourWalksTheTabs();
+    void indexBuildKeepsTheWindowResponsive(); // last: it leaves a weak model open
 
 private:
     bool ensureCorpus(); // the bundled corpus, loaded once
@@ -275,6 +279,149 @@ void TestUi::chatReplyFillsHandoffView()
         QVERIFY(view->badge(i)->styleSheet().contains("#d8f3dc")); // green
     }
     QVERIFY(view->hHeatmap()->plottableCount() == 1);
+}
+
+void TestUi::explainTabsShowWhyThisReply()
+{
+    auto* chat = m_window->chatView();
+    auto* engine = m_window->engine();
+    auto* view = chat->handoffView();
+    QSignalSpy explained(engine, &EngineController::explained);
+    QSignalSpy answered(engine, &EngineController::replyReady);
+    chat->ask("how do i resume training?");
+    QVERIFY(answered.wait(30000));
+    const quint64 id = answered.last().at(0).value<ChatAnswer>().id;
+    QCOMPARE(chat->shownAnswer(), id);
+    // Its explanation follows (an earlier answer's may come first).
+    QTRY_VERIFY_WITH_TIMEOUT(!explained.isEmpty() && explained.last().at(0).value<ExplainResult>().id == id, 30000);
+    // Occlusion: one bar per source word under the encoder strip, the tallest 1.
+    const ExplainResult r = explained.last().at(0).value<ExplainResult>();
+    const std::vector<double> bars = view->occlusionBars();
+    QCOMPARE(bars.size(), r.explanation.reply.trace.inputWords.size());
+    QVERIFY(bars.size() >= 5);
+    QCOMPARE(*std::max_element(bars.begin(), bars.end()), 1.0);
+    QVERIFY(*std::min_element(bars.begin(), bars.end()) > 0);
+
+    // Nearest training prompts, nearest first by cosine; the index covers the training split.
+    QTableWidget* table = view->neighboursView()->table();
+    QCOMPARE(table->rowCount(), 8);
+    QVERIFY(r.explanation.indexedPrompts > 200);
+    for (int i = 1; i < table->rowCount(); ++i)
+        QVERIFY(table->item(i - 1, 1)->text().toDouble() >= table->item(i, 1)->text().toDouble());
+    QCOMPARE(table->item(0, 3)->text().toStdString(), r.explanation.neighbours[0].prompt);
+    // Switching to L2 searches again: nearest first by distance.
+    view->neighboursView()->metricBox()->setCurrentIndex(1);
+    Q_EMIT view->neighboursView()->metricBox()->activated(1);
+    QVERIFY(explained.wait(30000));
+    QCOMPARE(explained.last().at(0).value<ExplainResult>().explanation.metric, StateMetric::L2);
+    for (int i = 1; i < table->rowCount(); ++i)
+        QVERIFY(table->item(i - 1, 2)->text().toDouble() <= table->item(i, 2)->text().toDouble());
+
+    // What if: a candidate clicked at step 0 becomes a branch starting with that word.
+    QSignalSpy branched(engine, &EngineController::branched);
+    view->whatIfView()->setStep(0);
+    QPushButton* candidate = nullptr;
+    for (QPushButton* b : view->whatIfView()->candidateButtons())
+        if (b->isEnabled() && !candidate)
+            candidate = b;
+    QVERIFY(candidate);
+    const QString word = candidate->text().section(' ', 0, 0);
+    candidate->click();
+    QVERIFY(branched.wait(30000));
+    QCOMPARE(view->whatIfView()->branches(), 1);
+    const Branch b = branched.last().at(0).value<BranchResult>().branch;
+    QCOMPARE(QString::fromStdString(b.reply.trace.steps[0].chosenWord), word);
+    QVERIFY(b.reply.trace.checks.handoffEqual && b.reply.trace.checks.stateCarried
+        && b.reply.trace.checks.teacherForcedEqual);
+    // A typed word outside the vocabulary is an error naming it, and no branch.
+    QSignalSpy failed(engine, &EngineController::failed);
+    Q_EMIT view->whatIfView()->forceRequested(0, "zzyzxq");
+    QVERIFY(failed.wait(30000));
+    QVERIFY(failed.last().at(0).toString().contains("zzyzxq"));
+    QCOMPARE(view->whatIfView()->branches(), 1);
+    // Another reply selected and back: its branch is still there.
+    chat->selectAnswer(chat->shownAnswer() - 1);
+    QCOMPARE(view->whatIfView()->branches(), 0);
+    chat->selectAnswer(r.id);
+    QCOMPARE(view->whatIfView()->branches(), 1);
+
+    // Two questions: different states, different replies; from zeros one reply to both.
+    QSignalSpy compared(engine, &EngineController::compared);
+    view->questionsView()->first()->setCurrentText("hello");
+    view->questionsView()->second()->setCurrentText("how do i resume training?");
+    view->questionsView()->compare();
+    QVERIFY(compared.wait(30000));
+    const auto q = compared.last().at(0).value<QuestionComparison>();
+    QVERIFY(q.l2 > 0);
+    QVERIFY(!q.zeroInitRepliesDiffer);
+    QVERIFY(view->questionsView()->verdict()->text().contains("one reply to both"));
+
+    // Beam search: the tree of its hypotheses, a node's state on click.
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    chat->methodBox()->setCurrentText("beam");
+    chat->ask("what is an lstm?");
+    QVERIFY(replies.wait(30000));
+    chat->methodBox()->setCurrentText("greedy");
+    const auto& tree = view->beamTreeView()->tree();
+    QVERIFY(tree.size() > 4);
+    QCOMPARE(view->beamTreeView()->selectedNode(), 0);
+    view->beamTreeView()->selectNode(2);
+    QCOMPARE(view->beamTreeView()->selectedNode(), 2);
+}
+
+void TestUi::indexBuildKeepsTheWindowResponsive()
+{
+    // 20 000 pairs: the nearest-prompt index is built in the chat thread while the window's
+    // event loop goes on (a 5 ms timer keeps firing).
+    QByteArray tsv;
+    uint32_t x = 12345;
+    auto word = [&] {
+        x = x * 1664525u + 1013904223u;
+        return QByteArray("w") + QByteArray::number((x >> 8) % 300);
+    };
+    for (int i = 0; i < 20000; ++i) {
+        QByteArrayList prompt, response;
+        for (int k = 0; k < 3 + i % 8; ++k)
+            prompt << word();
+        for (int k = 0; k < 2 + i % 5; ++k)
+            response << word();
+        tsv += prompt.join(' ') + '\t' + response.join(' ') + '\n';
+    }
+    const std::string corpus = testutil::writeFile(m_dir, "big/pairs.tsv", tsv);
+    TrainConfig cfg = smallConfig(1);
+    cfg.model.hidden = 64;
+    cfg.model.embedDim = 32;
+    cfg.batchSize = 128;
+    cfg.corpus = corpus;
+    const std::string run = m_dir.filePath("runs/big").toStdString();
+    train(cfg, loadCorpus(corpus), run);
+
+    auto* engine = m_window->engine();
+    QSignalSpy opened(engine, &EngineController::runLoaded);
+    engine->loadRun(QString::fromStdString(run));
+    QVERIFY(opened.wait(30000));
+    QSignalSpy explained(engine, &EngineController::explained);
+    QSignalSpy replies(engine, &EngineController::replyReady);
+    m_window->chatView()->ask("w1 w2 w3");
+    QVERIFY(replies.wait(30000));
+    QElapsedTimer clock;
+    clock.start();
+    qint64 last = 0, longest = 0;
+    int ticks = 0;
+    QTimer timer;
+    connect(&timer, &QTimer::timeout, this, [&] {
+        ++ticks;
+        longest = std::max(longest, clock.elapsed() - last);
+        last = clock.elapsed();
+    });
+    timer.start(5);
+    QVERIFY(explained.wait(60000));
+    timer.stop();
+    const Explanation e = explained.last().at(0).value<ExplainResult>().explanation;
+    QVERIFY(e.indexedPrompts > 15000);
+    qInfo("index of %zu prompts built in %.0f ms; the window's event loop ran %d times meanwhile, longest gap %lld ms",
+        e.indexedPrompts, e.indexBuildMilliseconds, ticks, longest);
+    QVERIFY(ticks >= 5);
 }
 
 void TestUi::breakingHandoffTurnsBadgeRedAndProbeDrops()

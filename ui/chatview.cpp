@@ -1,5 +1,6 @@
 #include "chatview.h"
 
+#include "explainviews.h"
 #include "handoffview.h"
 
 #include <QCheckBox>
@@ -245,6 +246,31 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
         m_probeLabel->setStyleSheet(r.distinct <= 1 ? "color: #8a1c13; font-weight: bold;" : "color: #1b5e20;");
         m_probe->setEnabled(true);
     });
+    // Why this reply: the explanation of the answer shown, its what-if branches, two questions.
+    connect(m_engine, &EngineController::explained, this, [this](const ExplainResult& r) {
+        m_explanations.insert(r.id, r.explanation);
+        if (r.id == m_shown)
+            m_handoff->showExplanation(r.explanation);
+    });
+    connect(m_engine, &EngineController::branched, this, [this](const BranchResult& r) {
+        m_branches[r.id].push_back(r.branch);
+        if (r.id == m_shown)
+            m_handoff->addBranch(r.branch);
+    });
+    connect(m_handoff->whatIfView(), &WhatIfView::forceRequested, this, [this](int step, const QString& word) {
+        auto it = m_answers.find(m_shown);
+        if (it != m_answers.end())
+            m_engine->whatIf(*it, step, word);
+    });
+    connect(m_handoff->neighboursView(), &NeighboursView::metricChanged, this, [this](StateMetric metric) {
+        m_explanations.clear(); // every answer's neighbours were searched by the other metric
+        auto it = m_answers.find(m_shown);
+        if (it != m_answers.end())
+            m_engine->explain(*it, metric);
+    });
+    connect(
+        m_handoff->questionsView(), &QuestionsView::compareRequested, m_engine, &EngineController::compareQuestions);
+    connect(m_engine, &EngineController::compared, m_handoff->questionsView(), &QuestionsView::showComparison);
     connect(m_engine, &EngineController::failed, this, [this](const QString&, EngineController::Job job) {
         if (job == EngineController::Job::Chat)
             m_probe->setEnabled(true);
@@ -275,6 +301,9 @@ void ChatView::send()
 void ChatView::ask(const QString& text)
 {
     addBubble(text.toHtmlEscaped(), false, 0);
+    m_asked.removeAll(text);
+    m_asked << text;
+    m_handoff->questionsView()->setQuestions(m_asked);
     m_engine->chat(text, decodeOptions());
 }
 
@@ -334,8 +363,18 @@ void ChatView::addNote(const QString& text)
 void ChatView::selectAnswer(quint64 id)
 {
     auto it = m_answers.find(id);
-    if (it != m_answers.end())
-        m_handoff->showReply(it->prompt, it->reply);
+    if (it == m_answers.end())
+        return;
+    m_shown = id;
+    m_handoff->showReply(it->prompt, it->reply);
+    for (const Branch& b : m_branches.value(id))
+        m_handoff->addBranch(b);
+    // The explanation is computed once per answer (and metric), after the reply is shown.
+    auto e = m_explanations.find(id);
+    if (e != m_explanations.end())
+        m_handoff->showExplanation(*e);
+    else
+        m_engine->explain(*it, m_handoff->neighboursView()->metric());
 }
 
 void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceChecks* checks)

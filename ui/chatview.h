@@ -33,6 +33,7 @@ public:
     HandoffView* handoffView() const { return m_handoff; }
     QLineEdit* input() const { return m_input; }
     QScrollArea* chatScroll() const { return m_scroll; }
+    QComboBox* methodBox() const { return m_method; } // greedy, beam, sample
     QCheckBox* breakSwitch() const { return m_break; }
     QComboBox* breakMode() const { return m_breakMode; }
     QLabel* probeLabel() const { return m_probeLabel; }
@@ -42,6 +43,8 @@ public:
     // Which weights of the open run answer: 0 the latest checkpoint, 1 the best-validation ones.
     QComboBox* weightsBox() const { return m_weights; }
     int botMessages() const { return m_answers.size(); }
+    // The answer the handoff view shows (0: none).
+    quint64 shownAnswer() const { return m_shown; }
 
 public Q_SLOTS:
     void send();
@@ -75,6 +78,10 @@ private:
     QLabel* m_botLabel = nullptr;
     HandoffView* m_handoff = nullptr;
     QMap<quint64, ChatAnswer> m_answers;
+    quint64 m_shown = 0;
+    QMap<quint64, chatbench::Explanation> m_explanations; // per answer, at the metric asked last
+    QMap<quint64, std::vector<chatbench::Branch>> m_branches; // per answer, its what-if branches
+    QStringList m_asked; // the questions asked, for the comparison
     QStringList m_probeQuestions;
     QString m_probeCorrect;
     QString m_probeBroken;

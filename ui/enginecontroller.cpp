@@ -260,6 +260,8 @@ public:
                 a.prompt = text;
                 a.reply = m_bot->reply(text.toStdString(), opt);
                 a.botStep = m_bot->step();
+                a.bot = m_bot;
+                a.options = opt;
                 Q_EMIT replyReady(a);
             },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
@@ -287,12 +289,85 @@ public:
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
     }
 
+    void explain(const ChatAnswer& answer, StateMetric metric, int neighbours)
+    {
+        if (!answer.bot)
+            return;
+        guarded(
+            [&] {
+                ExplainOptions ex;
+                ex.metric = metric;
+                ex.neighbours = neighbours;
+                std::string why;
+                const PromptIndex* index = indexFor(answer.bot, &why);
+                DecodeOptions opt = answer.options;
+                opt.cancel = m_closing.get();
+                ExplainResult r;
+                r.id = answer.id;
+                r.explanation = chatbench::explain(*answer.bot, answer.prompt.toStdString(), opt, ex, index);
+                if (!why.empty())
+                    r.explanation.neighboursNote = why;
+                Q_EMIT explained(r);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
+    }
+
+    void whatIf(const ChatAnswer& answer, int step, const QString& word)
+    {
+        if (!answer.bot)
+            return;
+        guarded(
+            [&] {
+                const int64_t id = tokenToForce(answer.bot->tokenizer(), word.trimmed().toStdString());
+                DecodeOptions opt = answer.options;
+                opt.cancel = m_closing.get();
+                BranchResult r;
+                r.id = answer.id;
+                r.branch = chatbench::whatIf(*answer.bot, answer.prompt.toStdString(), answer.reply, step, id, opt);
+                Q_EMIT branched(r);
+            },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
+    }
+
+    void compare(const QString& a, const QString& b)
+    {
+        if (!ready())
+            return;
+        guarded([&] { Q_EMIT compared(compareQuestions(*m_bot, a.toStdString(), b.toStdString())); },
+            [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
+    }
+
 Q_SIGNALS:
     void replyReady(const ChatAnswer& answer);
     void probeDone(const ProbeResult& result);
+    void explained(const ExplainResult& result);
+    void branched(const BranchResult& result);
+    void compared(const chatbench::QuestionComparison& comparison);
     void failed(const QString& message, EngineController::Job job);
 
 private:
+    // The nearest-prompt index of `bot`'s weights: built on first use (the training prompts
+    // encoded in batches, on this thread) and kept until other weights ask. Null, with `why`,
+    // when there are no training prompts to index.
+    const PromptIndex* indexFor(const std::shared_ptr<const Chatbot>& bot, std::string* why)
+    {
+        if (m_indexBot != bot) {
+            m_index.reset();
+            m_indexError.clear();
+            m_indexBot = bot;
+            try {
+                m_index = std::make_unique<PromptIndex>(PromptIndex::build(*bot, trainingPairs(*bot), m_closing.get()));
+            } catch (const Error& e) {
+                m_indexError = e.what();
+            }
+        }
+        *why = m_indexError;
+        return m_index.get();
+    }
+
+    std::shared_ptr<const Chatbot> m_indexBot;
+    std::unique_ptr<PromptIndex> m_index;
+    std::string m_indexError;
     std::shared_ptr<const Chatbot> m_bot;
     std::shared_ptr<std::atomic<bool>> m_closing;
 };
@@ -318,6 +393,9 @@ EngineController::EngineController(QObject* parent)
     qRegisterMetaType<RunSummary>();
     qRegisterMetaType<ChatAnswer>();
     qRegisterMetaType<ProbeResult>();
+    qRegisterMetaType<ExplainResult>();
+    qRegisterMetaType<BranchResult>();
+    qRegisterMetaType<chatbench::QuestionComparison>();
     qRegisterMetaType<chatbench::StepMetrics>();
     qRegisterMetaType<chatbench::EpochMetrics>();
     qRegisterMetaType<chatbench::TrainProgress>();
@@ -370,6 +448,9 @@ EngineController::EngineController(QObject* parent)
     });
     connect(m_chat, &ChatWorker::replyReady, this, &EngineController::replyReady);
     connect(m_chat, &ChatWorker::probeDone, this, &EngineController::probeDone);
+    connect(m_chat, &ChatWorker::explained, this, &EngineController::explained);
+    connect(m_chat, &ChatWorker::branched, this, &EngineController::branched);
+    connect(m_chat, &ChatWorker::compared, this, &EngineController::compared);
     connect(m_chat, &ChatWorker::failed, this, &EngineController::failed);
 
     m_engineThread.setObjectName("chatbench-engine");
@@ -465,6 +546,21 @@ quint64 EngineController::chat(const QString& text, const DecodeOptions& options
 void EngineController::probeDiversity(const QStringList& questions, const DecodeOptions& options)
 {
     post(m_chat, [w = m_chat, questions, options] { w->probe(questions, options); });
+}
+
+void EngineController::explain(const ChatAnswer& answer, StateMetric metric, int neighbours)
+{
+    post(m_chat, [w = m_chat, answer, metric, neighbours] { w->explain(answer, metric, neighbours); });
+}
+
+void EngineController::whatIf(const ChatAnswer& answer, int step, const QString& word)
+{
+    post(m_chat, [w = m_chat, answer, step, word] { w->whatIf(answer, step, word); });
+}
+
+void EngineController::compareQuestions(const QString& a, const QString& b)
+{
+    post(m_chat, [w = m_chat, a, b] { w->compare(a, b); });
 }
 
 #include "enginecontroller.moc"

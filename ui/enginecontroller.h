@@ -20,6 +20,7 @@
 #include "chatbench/corpusstats.h"
 #include "chatbench/devices.h"
 #include "chatbench/doctor.h"
+#include "chatbench/explain.h"
 #include "chatbench/runs.h"
 #include "chatbench/trainer.h"
 
@@ -65,6 +66,20 @@ struct ChatAnswer {
     QString prompt;
     chatbench::Reply reply;
     qint64 botStep = 0; // training step of the weights that answered
+    // The weights that answered and how they decoded: explanations and what-if branches of
+    // this reply use the same ones, even after training has moved on.
+    std::shared_ptr<const chatbench::Chatbot> bot;
+    chatbench::DecodeOptions options;
+};
+
+// An answer's explanation (occlusion and nearest training prompts) or one what-if branch of it.
+struct ExplainResult {
+    quint64 id = 0; // the answer's id
+    chatbench::Explanation explanation;
+};
+struct BranchResult {
+    quint64 id = 0; // the answer's id
+    chatbench::Branch branch;
 };
 
 struct ProbeResult {
@@ -78,6 +93,9 @@ Q_DECLARE_METATYPE(CorpusSummary)
 Q_DECLARE_METATYPE(RunSummary)
 Q_DECLARE_METATYPE(ChatAnswer)
 Q_DECLARE_METATYPE(ProbeResult)
+Q_DECLARE_METATYPE(ExplainResult)
+Q_DECLARE_METATYPE(BranchResult)
+Q_DECLARE_METATYPE(chatbench::QuestionComparison)
 Q_DECLARE_METATYPE(chatbench::StepMetrics)
 Q_DECLARE_METATYPE(chatbench::EpochMetrics)
 Q_DECLARE_METATYPE(chatbench::TrainProgress)
@@ -109,6 +127,15 @@ public:
     // Replies with the latest weights; returns the request id echoed in replyReady.
     quint64 chat(const QString& text, const chatbench::DecodeOptions& options);
     void probeDiversity(const QStringList& questions, const chatbench::DecodeOptions& options);
+    // Why this reply (chat thread, with the weights that gave it): which words moved the state,
+    // and the `neighbours` training prompts nearest by `metric` from an index built once per set
+    // of weights → explained.
+    void explain(const ChatAnswer& answer, chatbench::StateMetric metric, int neighbours = 8);
+    // What `answer`'s bot would have said with `word` at decoder step `step` → branched (or
+    // failed, naming a word outside the vocabulary).
+    void whatIf(const ChatAnswer& answer, int step, const QString& word);
+    // Two questions to the current weights side by side → compared.
+    void compareQuestions(const QString& a, const QString& b);
     // Benchmarks on the loaded corpus (engine thread; not while training). stop() cancels.
     void runBench(const chatbench::BenchConfig& config);
     bool isBenchmarking() const { return m_benchmarking; }
@@ -138,6 +165,9 @@ Q_SIGNALS:
     void botReady(qint64 step);
     void replyReady(const ChatAnswer& answer);
     void probeDone(const ProbeResult& result);
+    void explained(const ExplainResult& result);
+    void branched(const BranchResult& result);
+    void compared(const chatbench::QuestionComparison& comparison);
     void benchProgress(const QString& what, int done, int total);
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report); // empty rows: it failed (see failed)

@@ -1,15 +1,19 @@
 #include "handoffview.h"
 
+#include "explainviews.h"
+#include "heatmap.h"
 #include "plotaxes.h"
 #include "qcp.h"
 
 #include <QHBoxLayout>
+#include <QHelpEvent>
 #include <QLabel>
 #include <QPainter>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QTabWidget>
 #include <QToolButton>
+#include <QToolTip>
 #include <QVBoxLayout>
 
 #include <cmath>
@@ -53,82 +57,37 @@ QCustomPlot* makePlot(const QString& x, const QString& y)
     return p;
 }
 
-// The colour scale beside a heat map (made once per plot, then reused): what a colour means.
-void attachColorScale(QCustomPlot* plot, QCPColorMap* map, const QString& label)
-{
-    auto* grid = plot->plotLayout();
-    auto* scale = grid->columnCount() > 1 ? qobject_cast<QCPColorScale*>(grid->element(0, 1)) : nullptr;
-    if (!scale) {
-        scale = new QCPColorScale(plot);
-        plot->plotLayout()->addElement(0, 1, scale);
-        scale->setType(QCPAxis::atRight);
-        scale->setBarWidth(10);
-        auto* group = new QCPMarginGroup(plot);
-        plot->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-        scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-    }
-    scale->axis()->setLabel(label);
-    const QCPColorGradient gradient = map->gradient();
-    const QCPRange range = map->dataRange();
-    map->setColorScale(scale); // the map takes the scale's gradient and range: give it the map's
-    scale->setGradient(gradient);
-    scale->setDataRange(range);
-}
-
-// A units × steps heat map with a shared diverging colour scale.
-void fillHeatmap(QCustomPlot* plot, const std::vector<std::vector<float>>& columns, int divider, const QString& mark)
-{
-    plot->clearPlottables();
-    plot->clearItems();
-    if (columns.empty())
-        return;
-    const int nx = static_cast<int>(columns.size());
-    const int ny = static_cast<int>(columns.front().size());
-    auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
-    map->data()->setSize(nx, ny);
-    map->data()->setRange(QCPRange(0, nx - 1), QCPRange(0, ny - 1));
-    double amax = 1e-6;
-    for (int x = 0; x < nx; ++x)
-        for (int y = 0; y < ny; ++y) {
-            const double v = columns[static_cast<size_t>(x)][static_cast<size_t>(y)];
-            map->data()->setCell(x, y, v);
-            amax = std::max(amax, std::abs(v));
-        }
-    // Diverging: negative blue, zero white, positive red.
-    QCPColorGradient g;
-    g.setColorStopAt(0.0, QColor(33, 102, 172));
-    g.setColorStopAt(0.5, QColor(247, 247, 247));
-    g.setColorStopAt(1.0, QColor(178, 24, 43));
-    map->setGradient(g);
-    map->setDataRange(QCPRange(-amax, amax));
-    map->setInterpolate(false);
-    attachColorScale(plot, map, QObject::tr("value"));
-    plot->xAxis->setRange(-0.5, nx - 0.5);
-    plot->yAxis->setRange(-0.5, ny - 0.5);
-    if (divider > 0) {
-        auto* line = new QCPItemStraightLine(plot);
-        line->point1->setCoords(divider - 0.5, 0);
-        line->point2->setCoords(divider - 0.5, 1);
-        line->setPen(QPen(Qt::black, 2, Qt::DashLine));
-        auto* label = new QCPItemText(plot);
-        label->position->setCoords(divider - 0.5, ny - 0.5);
-        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
-        label->setText(" " + mark);
-        label->setFont(QFont(plot->font().family(), 8, QFont::Bold));
-    }
-    plot->replot();
-}
-
 } // namespace
 
 // Encoder tokens → (h, c) → decoder steps, one box each, painted in a scrollable strip.
+// Under each encoder word, a bar: how far dropping that word moves the encoder's final (h, c).
 class HandoffStrip : public QWidget {
 public:
-    HandoffStrip() { setMinimumHeight(96); }
+    HandoffStrip() { setMinimumHeight(126); }
+
+    void setOcclusion(std::vector<Occlusion> occlusion)
+    {
+        m_occlusion = std::move(occlusion);
+        update();
+    }
+    // Bar heights relative to the tallest, in source order; empty when there are none to draw.
+    std::vector<double> bars() const
+    {
+        std::vector<double> out;
+        if (!m_reply || m_occlusion.size() != m_reply->trace.inputWords.size())
+            return out;
+        double most = 1e-12;
+        for (const Occlusion& o : m_occlusion)
+            most = std::max(most, o.stateChange);
+        for (const Occlusion& o : m_occlusion)
+            out.push_back(o.stateChange / most);
+        return out;
+    }
 
     void setReply(const Reply* r)
     {
         m_reply = r;
+        m_occlusion.clear();
         int w = 40;
         if (r) {
             QFontMetrics fm(font());
@@ -143,11 +102,36 @@ public:
     }
 
 protected:
+    bool event(QEvent* e) override
+    {
+        if (e->type() == QEvent::ToolTip) {
+            auto* help = static_cast<QHelpEvent*>(e);
+            for (size_t i = 0; i < m_barRects.size() && i < m_occlusion.size(); ++i)
+                if (m_barRects[i].adjusted(-4, -4, 4, 4).contains(help->pos())) {
+                    const Occlusion& o = m_occlusion[i];
+                    QToolTip::showText(help->globalPos(),
+                        tr("Without “%1”: the encoder's final (h, c) moves by %2 (%3% of its length); %4")
+                            .arg(QString::fromStdString(o.word))
+                            .arg(o.stateChange, 0, 'f', 3)
+                            .arg(100 * o.relativeChange, 0, 'f', 1)
+                            .arg(o.replyChanged ? tr("the reply becomes “%1”").arg(QString::fromStdString(o.reply))
+                                                : tr("the reply stays the same")),
+                        this);
+                    return true;
+                }
+            QToolTip::hideText();
+            e->ignore();
+            return true;
+        }
+        return QWidget::event(e);
+    }
+
     void paintEvent(QPaintEvent*) override
     {
         QPainter p(this);
         p.setRenderHint(QPainter::Antialiasing);
         p.fillRect(rect(), QColor(250, 250, 252));
+        m_barRects.clear();
         if (!m_reply) {
             p.setPen(Qt::gray);
             p.drawText(rect(), Qt::AlignCenter, tr("Click a bot reply to see its state handoff"));
@@ -182,10 +166,40 @@ protected:
                 s << QString::fromStdString(w);
             return s;
         }();
+        const std::vector<double> heights = bars();
         for (size_t i = 0; i < t.inputWords.size(); ++i) {
             const QString w = QString::fromStdString(t.inputWords[i]);
-            box(w, unknown.contains(w) ? QColor(255, 230, 200) : QColor(225, 235, 250), QColor(120, 150, 200));
+            const int left = x;
+            const int bw
+                = box(w, unknown.contains(w) ? QColor(255, 230, 200) : QColor(225, 235, 250), QColor(120, 150, 200));
+            if (i < heights.size()) {
+                // The occlusion bar: red when the reply changes without the word.
+                const Occlusion& o = m_occlusion[i];
+                const int full = 22, bh = std::max(2, static_cast<int>(std::lround(full * heights[i])));
+                const QRect bar(left + bw / 2 - 7, y + h + 4 + full - bh, 14, bh);
+                p.setPen(Qt::NoPen);
+                p.setBrush(o.replyChanged ? QColor(214, 96, 77) : QColor(120, 150, 200));
+                p.drawRect(bar);
+                m_barRects.push_back(bar);
+                QFont small = font();
+                small.setPointSizeF(font().pointSizeF() * 0.75);
+                p.setFont(small);
+                p.setPen(Qt::darkGray);
+                p.drawText(QRect(left - 6, y + h + 4 + full, bw + 12, 14), Qt::AlignCenter,
+                    QString::number(100 * o.relativeChange, 'f', 0) + "%");
+                p.setFont(font());
+            }
             arrow(QColor(120, 150, 200), 10);
+        }
+        if (!heights.empty()) {
+            QFont small = font();
+            small.setPointSizeF(font().pointSizeF() * 0.8);
+            p.setFont(small);
+            p.setPen(Qt::gray);
+            p.drawText(10, height() - 6,
+                tr("bars: how far dropping each word moves the encoder's final (h, c); red: the reply changes without "
+                   "it (hover for numbers)"));
+            p.setFont(font());
         }
         if (t.inputWords.empty()) {
             box("<unk>", QColor(255, 230, 200), QColor(120, 150, 200));
@@ -216,6 +230,8 @@ protected:
 
 private:
     const Reply* m_reply = nullptr;
+    std::vector<Occlusion> m_occlusion; // for m_reply's source words, when computed
+    std::vector<QRect> m_barRects; // where the bars were drawn (for tooltips)
 };
 
 HandoffView::HandoffView(QWidget* parent)
@@ -238,7 +254,7 @@ HandoffView::HandoffView(QWidget* parent)
     auto* scroll = new QScrollArea;
     scroll->setWidget(m_strip);
     scroll->setWidgetResizable(true);
-    scroll->setFixedHeight(120);
+    scroll->setFixedHeight(156);
 
     m_h = makePlot(tr("step (encoder | decoder)"), tr("unit"));
     m_c = makePlot(tr("decoder step (0 = initial state)"), tr("unit"));
@@ -285,6 +301,18 @@ HandoffView::HandoffView(QWidget* parent)
     m_tabs->addTab(dyn, tr("norms and gates"));
     m_tabs->addTab(topkBox, tr("top-k per step"));
     m_tabs->addTab(m_attention, tr("attention"));
+    m_whatIf = new WhatIfView;
+    m_beamTree = new BeamTreeView;
+    m_neighbours = new NeighboursView;
+    m_questions = new QuestionsView;
+    m_tabs->addTab(m_whatIf, tr("what if"));
+    m_tabs->addTab(m_beamTree, tr("beam tree"));
+    m_tabs->addTab(m_neighbours, tr("nearest prompts"));
+    m_tabs->addTab(m_questions, tr("two questions"));
+    m_tabs->setTabToolTip(4, tr("Force another word at any step and see where the reply goes"));
+    m_tabs->setTabToolTip(5, tr("Every hypothesis a beam search kept and pruned"));
+    m_tabs->setTabToolTip(6, tr("The training prompts whose encoder state this question lands next to"));
+    m_tabs->setTabToolTip(7, tr("Two questions' encoder states and replies side by side"));
 
     m_helpButton = new QToolButton;
     m_helpButton->setText(tr("What am I looking at?"));
@@ -345,6 +373,27 @@ void HandoffView::clear()
         m_badges[i]->setStyleSheet("QLabel { background: #eee; border-radius: 6px; padding: 4px; }");
     }
     m_strip->setReply(nullptr);
+    m_whatIf->clear();
+    m_beamTree->setTree({});
+    m_neighbours->clear();
+}
+
+void HandoffView::showExplanation(const Explanation& e)
+{
+    if (!m_hasReply)
+        return;
+    m_strip->setOcclusion(e.occlusion);
+    m_neighbours->setExplanation(e);
+}
+
+void HandoffView::addBranch(const Branch& branch)
+{
+    m_whatIf->addBranch(branch);
+}
+
+std::vector<double> HandoffView::occlusionBars() const
+{
+    return m_strip->bars();
 }
 
 void HandoffView::showReply(const QString& prompt, const Reply& reply)
@@ -389,6 +438,9 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
                                              "border-radius: 6px; padding: 4px; }");
     }
     m_strip->setReply(&m_reply);
+    m_whatIf->setReply(m_reply);
+    m_beamTree->setTree(m_reply.beamTree);
+    m_neighbours->clear();
 
     // Heatmaps: h over encoder then decoder steps; c from the decoder's initial state on.
     std::vector<std::vector<float>> hCols = t.encoderTopH;

@@ -8,6 +8,7 @@
 // attention.
 
 #include "chatbench/chatbot.h"
+#include "chatbench/explain.h"
 
 #include <QWidget>
 
@@ -17,6 +18,10 @@ class QSpinBox;
 class QTabWidget;
 class QToolButton;
 class HandoffStrip;
+class WhatIfView;
+class BeamTreeView;
+class NeighboursView;
+class QuestionsView;
 
 class HandoffView : public QWidget {
     Q_OBJECT
@@ -25,7 +30,12 @@ public:
     explicit HandoffView(QWidget* parent = nullptr);
 
     void showReply(const QString& prompt, const chatbench::Reply& reply);
+    // Why this reply: occlusion bars under the encoder words and the nearest training prompts.
+    void showExplanation(const chatbench::Explanation& explanation);
+    void addBranch(const chatbench::Branch& branch); // a what-if branch of the reply shown
     void clear();
+    // Which word's occlusion bar the strip draws, relative heights in [0, 1] (empty: none).
+    std::vector<double> occlusionBars() const;
     bool hasReply() const { return m_hasReply; }
 
     // Badge i (0 handoff, 1 carried, 2 teacher-forced): whether it shows a pass.
@@ -35,6 +45,10 @@ public:
     QCustomPlot* hHeatmap() const { return m_h; }
     QCustomPlot* gatesPlot() const { return m_gates; }
     QToolButton* helpButton() const { return m_helpButton; }
+    WhatIfView* whatIfView() const { return m_whatIf; }
+    BeamTreeView* beamTreeView() const { return m_beamTree; }
+    NeighboursView* neighboursView() const { return m_neighbours; }
+    QuestionsView* questionsView() const { return m_questions; }
 
 private:
     void showStep(int step);
@@ -54,6 +68,10 @@ private:
     QCustomPlot* m_attention = nullptr;
     QSpinBox* m_step = nullptr;
     QLabel* m_stepLabel = nullptr;
+    WhatIfView* m_whatIf = nullptr;
+    BeamTreeView* m_beamTree = nullptr;
+    NeighboursView* m_neighbours = nullptr;
+    QuestionsView* m_questions = nullptr;
     chatbench::Reply m_reply;
     bool m_hasReply = false;
 };

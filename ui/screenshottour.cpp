@@ -4,6 +4,7 @@
 #include "compareview.h"
 #include "corpusview.h"
 #include "enginecontroller.h"
+#include "explainviews.h"
 #include "guidedtour.h"
 #include "handoffview.h"
 #include "liveplot.h"
@@ -16,6 +17,7 @@
 #include <QDir>
 #include <QEventLoop>
 #include <QFile>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
@@ -55,6 +57,17 @@ void settle(int ms)
     QEventLoop loop;
     QTimer::singleShot(ms, &loop, &QEventLoop::quit);
     loop.exec();
+}
+
+// Waits (processing events) until `done` holds or the timeout passes; returns whether it held.
+bool waitUntil(const std::function<bool()>& done, int timeoutMs)
+{
+    for (int waited = 0; !done(); waited += 50) {
+        if (waited >= timeoutMs)
+            return false;
+        settle(50);
+    }
+    return true;
 }
 
 } // namespace
@@ -134,15 +147,50 @@ int ScreenshotTour::run()
         chat->ask(q);
         ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     }
+    auto* why = chat->handoffView();
+    ok = waitUntil([&] { return !why->occlusionBars().empty(); }, 30000) || fail("no occlusion bars");
     shot("04-chat-handoff");
-    chat->handoffView()->helpButton()->setChecked(true);
+    why->helpButton()->setChecked(true);
     shot("04b-handoff-help");
     chat->handoffView()->helpButton()->setChecked(false);
     chat->handoffView()->tabs()->setCurrentIndex(1);
     shot("05-norms-gates");
     chat->handoffView()->tabs()->setCurrentIndex(2);
     shot("06-topk");
-    chat->handoffView()->tabs()->setCurrentIndex(0);
+
+    // 3b. Why this reply: a what-if branch at step 1 and one at step 3, the nearest training
+    // prompts, two questions side by side, and the tree of a beam search.
+    why->tabs()->setCurrentWidget(why->whatIfView());
+    for (const int step : { 1, 3 }) {
+        why->whatIfView()->setStep(step);
+        const auto buttons = why->whatIfView()->candidateButtons();
+        for (QPushButton* b : buttons)
+            if (b->isEnabled()) {
+                const int before = why->whatIfView()->branches();
+                b->click();
+                ok = waitUntil([&] { return why->whatIfView()->branches() > before; }, 30000) || fail("no branch");
+                break;
+            }
+    }
+    shot("06b-what-if");
+    why->tabs()->setCurrentWidget(why->neighboursView());
+    shot("06c-nearest-prompts");
+    why->tabs()->setCurrentWidget(why->questionsView());
+    why->questionsView()->first()->setCurrentText("hello");
+    why->questionsView()->second()->setCurrentText("what does the forget gate do?");
+    why->questionsView()->compare();
+    ok = waitFor(engine, &EngineController::compared, 30000) || fail("no comparison");
+    shot("06d-two-questions");
+    chat->methodBox()->setCurrentText("beam");
+    chat->ask("what is an lstm?");
+    ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
+    why->tabs()->setCurrentWidget(why->beamTreeView());
+    for (const auto& node : why->beamTreeView()->tree()) // a node on the reply's path, for its state
+        if (node.chosen && node.step == 3)
+            why->beamTreeView()->selectNode(static_cast<int>(&node - why->beamTreeView()->tree().data()));
+    shot("06e-beam-tree");
+    chat->methodBox()->setCurrentText("greedy");
+    why->tabs()->setCurrentIndex(0);
 
     // 4. The diversity probe, then the seed's bug: break the handoff and probe again.
     chat->runProbe();

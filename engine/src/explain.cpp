@@ -110,6 +110,16 @@ std::vector<int64_t> forcedPrefix(const Reply& original, int step, int64_t token
     return prefix;
 }
 
+int64_t tokenToForce(const Tokenizer& tok, const std::string& word)
+{
+    if (word == tok.word(Tokenizer::kEnd))
+        return Tokenizer::kEnd;
+    const Encoded e = tok.encode(word);
+    if (e.ids.size() != 1 || !e.unknown.empty() || e.ids[0] == Tokenizer::kUnk)
+        throw Error("cannot force \"" + word + "\": it is not one word of the model's vocabulary");
+    return e.ids[0];
+}
+
 Branch whatIf(
     const Chatbot& bot, const std::string& text, const Reply& original, int step, int64_t token, DecodeOptions opt)
 {
@@ -267,12 +277,8 @@ Explanation explain(
     const Tokenizer& tok = bot.tokenizer();
     // Words to force first: a typo is an error before any work is done.
     std::vector<std::pair<int, int64_t>> force;
-    for (const auto& [step, word] : ex.force) {
-        const int64_t id = tok.id(word);
-        if (id == Tokenizer::kUnk && word != tok.word(Tokenizer::kUnk))
-            throw Error("cannot force \"" + word + "\": it is not in the model's vocabulary");
-        force.emplace_back(step, id);
-    }
+    for (const auto& [step, word] : ex.force)
+        force.emplace_back(step, tokenToForce(tok, word));
     Explanation e;
     e.question = text;
     opt.trace = true;
@@ -289,14 +295,15 @@ Explanation explain(
             e.neighbours = index->nearest(flatState(e.reply.trace.encoderFinal), ex.neighbours, ex.metric);
             e.indexedPrompts = index->size();
             e.indexBuildMilliseconds = index->buildMilliseconds();
-            if (!e.neighbours.empty()) {
-                // The response as the model would write it: its words, cut where training cut them.
-                std::vector<int64_t> ids = tok.encode(e.neighbours.front().response).ids;
-                const auto maxResponse = static_cast<size_t>(std::max(0, bot.config().model.maxTargetLength - 2));
+            // Each response as the model would write it: its words, cut where training cut them.
+            const auto maxResponse = static_cast<size_t>(std::max(0, bot.config().model.maxTargetLength - 2));
+            for (Neighbour& n : e.neighbours) {
+                std::vector<int64_t> ids = tok.encode(n.response).ids;
                 if (ids.size() > maxResponse)
                     ids.resize(maxResponse);
-                e.memorised = tok.decode(ids) == e.reply.text;
+                n.responseIsReply = tok.decode(ids) == e.reply.text;
             }
+            e.memorised = !e.neighbours.empty() && e.neighbours.front().responseIsReply;
         }
     }
     for (const auto& [step, id] : force)
@@ -320,7 +327,7 @@ std::string toJson(const Explanation& e, int indent)
     ordered_json nb = ordered_json::array();
     for (const Neighbour& n : e.neighbours)
         nb.push_back({ { "index", n.index }, { "prompt", n.prompt }, { "response", n.response }, { "file", n.file },
-            { "line", n.line }, { "l2", n.l2 }, { "cosine", n.cosine } });
+            { "line", n.line }, { "l2", n.l2 }, { "cosine", n.cosine }, { "response_is_reply", n.responseIsReply } });
     j["neighbours"] = { { "metric", stateMetricName(e.metric) }, { "indexed_prompts", e.indexedPrompts },
         { "index_build_ms", e.indexBuildMilliseconds }, { "memorised", e.memorised }, { "note", e.neighboursNote },
         { "nearest", std::move(nb) } };

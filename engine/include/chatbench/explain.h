@@ -42,6 +42,10 @@ double cosineSimilarity(const std::vector<float>& a, const std::vector<float>& b
 // <start> or outside the vocabulary.
 std::vector<int64_t> forcedPrefix(const Reply& original, int step, int64_t token, const Tokenizer& tok);
 
+// The token a typed word forces: the word as the tokenizer reads it (so "Fine" finds "fine"),
+// or <end>. Throws Error naming the word when it is not one known word.
+int64_t tokenToForce(const Tokenizer& tok, const std::string& word);
+
 struct Branch {
     int step = 0; // the step forced (0-based)
     int64_t forcedId = 0;
@@ -68,6 +72,7 @@ struct Neighbour {
     long line = 0;
     double l2 = 0; // |state − its state|
     double cosine = 0; // cos(state, its state)
+    bool responseIsReply = false; // its response, as the model writes it, is the reply explained
 };
 
 // The encoder's final state of every training prompt under one set of weights, searched
