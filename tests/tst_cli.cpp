@@ -241,6 +241,11 @@ void TestCli::chatExplain()
     const Run spec = cli({ "chat", "--run", m_run, "--once", "do you sleep", "--force", "x:flat" });
     QVERIFY(spec.code != 0);
     QVERIFY2(spec.err.contains("STEP:WORD"), qPrintable(spec.err));
+    // Interactive: a question the options cannot explain is an error for that question only.
+    const Run session = cli({ "chat", "--run", m_run, "--force", "5:flat" }, "good morning\ndo you sleep\n");
+    QCOMPARE(session.code, 1);
+    QVERIFY2(session.err.contains("step 5"), qPrintable(session.err));
+    QVERIFY2(session.out.contains("what if step 5 were \"flat\""), qPrintable(session.out));
 }
 
 void TestCli::interactiveChat()

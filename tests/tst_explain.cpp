@@ -84,6 +84,7 @@ private Q_SLOTS:
     void whatIfErrors();
     void beamTreeMatchesTheFastPath();
     void beamTreeWithAForcedPrefix();
+    void whatIfOnTheGeneralPath();
     void neighboursAreTheBruteForceNearest();
     void memorisedReplyIsExplainedByItsPrompt();
     void occlusionMatchesAskingWithoutTheWord();
@@ -323,6 +324,33 @@ void TestExplain::beamTreeWithAForcedPrefix()
         }
     QCOMPARE(forcedNodes, 1); // one candidate at a forced step
     QVERIFY(r.trace.checks.teacherForcedEqual);
+}
+
+void TestExplain::whatIfOnTheGeneralPath()
+{
+    // A model with attention decodes on the general (module-by-module) path.
+    TrainConfig c = m_bot->config();
+    c.model.attention = true;
+    c.model.layers = 2;
+    c.epochs = 30;
+    const std::string run = m_dir.filePath("attention").toStdString();
+    train(c, loadCorpus(m_corpus), run);
+    const Chatbot bot = Chatbot::load(run);
+    const std::string q = "what is an lstm";
+    const Reply original = bot.reply(q);
+    QVERIFY(original.trace.steps.size() >= 2);
+    QVERIFY(!original.trace.steps[0].attention.empty());
+    const int64_t token = original.trace.steps[1].topK[1].id;
+    const Branch b = whatIf(bot, q, original, 1, token);
+    QCOMPARE(b.reply.trace.steps[0].chosenId, original.trace.steps[0].chosenId);
+    QCOMPARE(b.reply.trace.steps[1].chosenId, token);
+    QVERIFY(b.reply.trace.steps[1].stateIn[1].h == original.trace.steps[1].stateIn[1].h);
+    QVERIFY(b.reply.trace.checks.handoffEqual && b.reply.trace.checks.stateCarried);
+    QVERIFY2(b.reply.trace.checks.teacherForcedEqual, describe(b.reply.trace.checks).c_str());
+    // Occlusion and the comparison read every layer.
+    const std::vector<Occlusion> occ = occlude(bot, q);
+    QCOMPARE(occ.size(), size_t(4));
+    QCOMPARE(compareQuestions(bot, q, "goodbye").layerL2.size(), size_t(2));
 }
 
 void TestExplain::neighboursAreTheBruteForceNearest()

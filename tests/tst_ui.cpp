@@ -367,6 +367,21 @@ void TestUi::explainTabsShowWhyThisReply()
     QCOMPARE(view->beamTreeView()->selectedNode(), 0);
     view->beamTreeView()->selectNode(2);
     QCOMPARE(view->beamTreeView()->selectedNode(), 2);
+
+    // Only the newest answers keep their weights (a model copy each): once other weights have
+    // given enough answers, an old one says it can no longer be explained.
+    QSignalSpy opened(engine, &EngineController::runLoaded);
+    engine->loadRun(m_window->trainView()->currentRun());
+    QVERIFY(opened.wait(30000));
+    for (int i = 0; i < ChatView::kAnswersExplained; ++i) {
+        chat->ask("hello");
+        QVERIFY(replies.wait(30000));
+    }
+    chat->selectAnswer(r.id);
+    QVERIFY(!view->whatIfView()->isEnabled());
+    QVERIFY(view->neighboursView()->summary()->text().contains("no longer kept"));
+    chat->selectAnswer(chat->botMessages() > 0 ? replies.last().at(0).value<ChatAnswer>().id : 0);
+    QVERIFY(view->whatIfView()->isEnabled());
 }
 
 void TestUi::indexBuildKeepsTheWindowResponsive()

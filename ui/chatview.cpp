@@ -189,6 +189,14 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     });
     connect(m_engine, &EngineController::replyReady, this, [this](const ChatAnswer& a) {
         m_answers.insert(a.id, a);
+        // Each answer keeps the weights that gave it, for its explanation; during training they
+        // change every epoch, so only the newest answers keep theirs (a model copy each).
+        int newer = 0;
+        for (auto it = m_answers.end(); it != m_answers.begin();) {
+            --it;
+            if (++newer > kAnswersExplained && it->bot != a.bot)
+                it->bot.reset();
+        }
         QString text = QString(
             a.reply.text.empty() ? tr("<i>(empty reply)</i>") : QString::fromStdString(a.reply.text).toHtmlEscaped());
         if (!a.reply.trace.unknownWords.empty()) {
@@ -259,13 +267,13 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     });
     connect(m_handoff->whatIfView(), &WhatIfView::forceRequested, this, [this](int step, const QString& word) {
         auto it = m_answers.find(m_shown);
-        if (it != m_answers.end())
+        if (it != m_answers.end() && it->bot)
             m_engine->whatIf(*it, step, word);
     });
     connect(m_handoff->neighboursView(), &NeighboursView::metricChanged, this, [this](StateMetric metric) {
         m_explanations.clear(); // every answer's neighbours were searched by the other metric
         auto it = m_answers.find(m_shown);
-        if (it != m_answers.end())
+        if (it != m_answers.end() && it->bot)
             m_engine->explain(*it, metric);
     });
     connect(
@@ -367,6 +375,12 @@ void ChatView::selectAnswer(quint64 id)
         return;
     m_shown = id;
     m_handoff->showReply(it->prompt, it->reply);
+    if (!it->bot) {
+        m_handoff->explanationUnavailable(tr("the weights that gave this reply are no longer kept (only those of the "
+                                             "last %1 replies are); ask again to explain it")
+                                              .arg(kAnswersExplained));
+        return;
+    }
     for (const Branch& b : m_branches.value(id))
         m_handoff->addBranch(b);
     // The explanation is computed once per answer (and metric), after the reply is shown.

@@ -45,6 +45,8 @@ public:
     int botMessages() const { return m_answers.size(); }
     // The answer the handoff view shows (0: none).
     quint64 shownAnswer() const { return m_shown; }
+    // How many of the newest answers keep their weights for explanations and what-if branches.
+    static constexpr int kAnswersExplained = 8;
 
 public Q_SLOTS:
     void send();

@@ -570,14 +570,20 @@ void NeighboursView::clear()
     m_table->setRowCount(0);
 }
 
-void NeighboursView::setExplanation(const Explanation& e)
+void NeighboursView::showNote(const QString& why)
 {
     m_table->setRowCount(0);
+    m_summary->setText(tr("No nearest prompts: %1.").arg(why));
+    m_summary->setStyleSheet("color: #8a5a00;");
+}
+
+void NeighboursView::setExplanation(const Explanation& e)
+{
     if (!e.neighboursNote.empty()) {
-        m_summary->setText(tr("No nearest prompts: %1.").arg(q(e.neighboursNote)));
-        m_summary->setStyleSheet("color: #8a5a00;");
+        showNote(q(e.neighboursNote));
         return;
     }
+    m_table->setRowCount(0);
     int same = 0;
     for (const Neighbour& n : e.neighbours)
         same += n.responseIsReply;

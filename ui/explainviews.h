@@ -90,10 +90,12 @@ public:
     explicit NeighboursView(QWidget* parent = nullptr);
 
     void setExplanation(const chatbench::Explanation& e);
+    void showNote(const QString& why); // no neighbours, and why
     void clear();
     chatbench::StateMetric metric() const;
     QTableWidget* table() const { return m_table; }
     QComboBox* metricBox() const { return m_metric; }
+    QLabel* summary() const { return m_summary; }
 
 Q_SIGNALS:
     void metricChanged(chatbench::StateMetric metric);

@@ -386,6 +386,13 @@ void HandoffView::showExplanation(const Explanation& e)
     m_neighbours->setExplanation(e);
 }
 
+void HandoffView::explanationUnavailable(const QString& why)
+{
+    m_neighbours->showNote(why);
+    m_whatIf->setEnabled(false);
+    m_whatIf->setToolTip(why);
+}
+
 void HandoffView::addBranch(const Branch& branch)
 {
     m_whatIf->addBranch(branch);
@@ -439,6 +446,8 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
     }
     m_strip->setReply(&m_reply);
     m_whatIf->setReply(m_reply);
+    m_whatIf->setEnabled(true);
+    m_whatIf->setToolTip(QString());
     m_beamTree->setTree(m_reply.beamTree);
     m_neighbours->clear();
 

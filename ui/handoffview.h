@@ -33,6 +33,8 @@ public:
     // Why this reply: occlusion bars under the encoder words and the nearest training prompts.
     void showExplanation(const chatbench::Explanation& explanation);
     void addBranch(const chatbench::Branch& branch); // a what-if branch of the reply shown
+    // The reply shown cannot be explained (`why`): the explaining tabs say so and take no input.
+    void explanationUnavailable(const QString& why);
     void clear();
     // Which word's occlusion bar the strip draws, relative heights in [0, 1] (empty: none).
     std::vector<double> occlusionBars() const;

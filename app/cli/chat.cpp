@@ -203,6 +203,7 @@ int run(const ChatArgs& a)
         std::cout << "chatting with " << a.run << " (step " << bot.step() << ", " << bot.device()
                   << "); empty line or Ctrl-D to quit" << std::endl;
     std::string line;
+    bool failed = false; // a question that got an error instead of a reply: exit status 1
     while (true) {
         if (tty)
             std::cout << "you> " << std::flush;
@@ -212,9 +213,17 @@ int run(const ChatArgs& a)
             continue;
         if (tty)
             std::cout << "bot> ";
-        answer(line);
+        try {
+            answer(line);
+        } catch (const Error& e) {
+            // One question the options cannot explain (a --force step past its reply) ends
+            // neither the session nor the questions after it.
+            std::cout << std::endl;
+            std::cerr << "error: " << e.what() << std::endl;
+            failed = true;
+        }
     }
-    return 0;
+    return failed ? 1 : 0;
 }
 
 } // namespace
