@@ -83,6 +83,7 @@ private Q_SLOTS:
     void whatIfContinuesFromTheCarriedState();
     void whatIfErrors();
     void beamTreeMatchesTheFastPath();
+    void beamWiderThanTheVocabulary();
     void beamTreeWithAForcedPrefix();
     void whatIfOnTheGeneralPath();
     void neighboursAreTheBruteForceNearest();
@@ -161,8 +162,13 @@ void TestExplain::whatIfContinuesFromTheCarriedState()
     QVERIFY(original.trace.steps.size() >= 3);
     int changed = 0;
     for (int step : { 0, 1, 2 }) {
-        // The second most likely word at that step.
-        const int64_t token = original.trace.steps[static_cast<size_t>(step)].topK[1].id;
+        // The most likely word at that step other than the one chosen (and a word at all).
+        int64_t token = -1;
+        for (const TokenProbability& c : original.trace.steps[static_cast<size_t>(step)].topK)
+            if (token < 0 && c.id != original.trace.steps[static_cast<size_t>(step)].chosenId && c.id != Tokenizer::kPad
+                && c.id != Tokenizer::kStart)
+                token = c.id;
+        QVERIFY(token >= 0);
         DecodeOptions opt;
         opt.recordLogits = true;
         const Branch b = whatIf(*m_bot, q, original, step, token, opt);
@@ -306,6 +312,27 @@ void TestExplain::beamTreeMatchesTheFastPath()
     QVERIFY(l2Distance(tree[0].h, greedy.trace.steps[0].stateOut.back().h) < 1e-5);
 }
 
+void TestExplain::beamWiderThanTheVocabulary()
+{
+    DecodeOptions beam;
+    beam.method = DecodeMethod::Beam;
+    beam.beamWidth = static_cast<int>(m_bot->tokenizer().size()) + 10;
+    const Reply r = m_bot->reply("tell me a joke", beam);
+    QCOMPARE(r.text, std::string("my loss went down and never came back"));
+    for (const BeamNode& n : r.beamTree) {
+        QVERIFY(std::isfinite(n.score));
+        QVERIFY(n.step == 0 || (n.id != Tokenizer::kPad && n.id != Tokenizer::kStart));
+    }
+    // Without the trace there is no tree to keep, and the same reply.
+    beam.beamWidth = 3;
+    const Reply traced = m_bot->reply("what does the forget gate do", beam);
+    beam.trace = false;
+    const Reply quiet = m_bot->reply("what does the forget gate do", beam);
+    QVERIFY(!traced.beamTree.empty());
+    QVERIFY(quiet.beamTree.empty());
+    QCOMPARE(quiet.text, traced.text);
+}
+
 void TestExplain::beamTreeWithAForcedPrefix()
 {
     DecodeOptions beam;
@@ -347,6 +374,19 @@ void TestExplain::whatIfOnTheGeneralPath()
     QVERIFY(b.reply.trace.steps[1].stateIn[1].h == original.trace.steps[1].stateIn[1].h);
     QVERIFY(b.reply.trace.checks.handoffEqual && b.reply.trace.checks.stateCarried);
     QVERIFY2(b.reply.trace.checks.teacherForcedEqual, describe(b.reply.trace.checks).c_str());
+    // A beam tree over two layers with attention: scores add up along every edge, and the
+    // expanded nodes carry the top layer's state.
+    DecodeOptions beam;
+    beam.method = DecodeMethod::Beam;
+    beam.beamWidth = 3;
+    const Reply rb = bot.reply(q, beam);
+    QVERIFY(rb.beamTree.size() > 4);
+    for (size_t i = 1; i < rb.beamTree.size(); ++i) {
+        const BeamNode& n = rb.beamTree[i];
+        QVERIFY(std::abs(n.score - (rb.beamTree[static_cast<size_t>(n.parent)].score + n.logProbability)) < 1e-9);
+        QVERIFY(n.h.empty() || n.h.size() == static_cast<size_t>(c.model.hidden));
+    }
+    QVERIFY(rb.trace.checks.teacherForcedEqual);
     // Occlusion and the comparison read every layer.
     const std::vector<Occlusion> occ = occlude(bot, q);
     QCOMPARE(occ.size(), size_t(4));
@@ -402,6 +442,20 @@ void TestExplain::memorisedReplyIsExplainedByItsPrompt()
     const Explanation none = explain(*m_bot, "who made you", {}, ex, nullptr);
     QVERIFY(none.neighbours.empty());
     QVERIFY(!none.neighboursNote.empty());
+    TrainConfig shorter = m_bot->config();
+    shorter.epochs = 2;
+    const std::string run = m_dir.filePath("shorter").toStdString();
+    train(shorter, loadCorpus(m_corpus), run);
+    const Explanation other = explain(Chatbot::load(run), "who made you", {}, ex, &index);
+    QVERIFY(other.neighbours.empty());
+    QVERIFY2(other.neighboursNote.find("step") != std::string::npos, other.neighboursNote.c_str());
+
+    // A state with a NaN in it (a diverged model) ranks last, without upsetting the order.
+    std::vector<float> nan = flatState(m_bot->reply("who made you").trace.encoderFinal);
+    nan[3] = NAN;
+    const std::vector<Neighbour> got = index.nearest(nan, 3, StateMetric::Cosine);
+    QCOMPARE(got.size(), size_t(3));
+    QCOMPARE(got[0].index, size_t(0)); // every key NaN: index order
 }
 
 void TestExplain::occlusionMatchesAskingWithoutTheWord()

@@ -295,14 +295,19 @@ void TestUi::explainTabsShowWhyThisReply()
     // Its explanation follows (an earlier answer's may come first).
     QTRY_VERIFY_WITH_TIMEOUT(!explained.isEmpty() && explained.last().at(0).value<ExplainResult>().id == id, 30000);
     // Occlusion: one bar per source word under the encoder strip, the tallest 1.
-    const ExplainResult r = explained.last().at(0).value<ExplainResult>();
+    ExplainResult r = explained.last().at(0).value<ExplainResult>();
+    QVERIFY(!r.withNeighbours); // the nearest prompts are searched when their tab is open
     const std::vector<double> bars = view->occlusionBars();
-    QCOMPARE(bars.size(), r.explanation.reply.trace.inputWords.size());
+    QCOMPARE(bars.size(), answered.last().at(0).value<ChatAnswer>().reply.trace.inputWords.size());
     QVERIFY(bars.size() >= 5);
     QCOMPARE(*std::max_element(bars.begin(), bars.end()), 1.0);
     QVERIFY(*std::min_element(bars.begin(), bars.end()) > 0);
 
     // Nearest training prompts, nearest first by cosine; the index covers the training split.
+    view->tabs()->setCurrentWidget(view->neighboursView());
+    QVERIFY(explained.wait(30000));
+    r = explained.last().at(0).value<ExplainResult>();
+    QVERIFY(r.withNeighbours);
     QTableWidget* table = view->neighboursView()->table();
     QCOMPARE(table->rowCount(), 8);
     QVERIFY(r.explanation.indexedPrompts > 200);
@@ -333,17 +338,22 @@ void TestUi::explainTabsShowWhyThisReply()
     QCOMPARE(QString::fromStdString(b.reply.trace.steps[0].chosenWord), word);
     QVERIFY(b.reply.trace.checks.handoffEqual && b.reply.trace.checks.stateCarried
         && b.reply.trace.checks.teacherForcedEqual);
+    // <unk> is a candidate like any other (it goes by its id, not its spelling).
+    Q_EMIT view->whatIfView()->forceRequested(0, Tokenizer::kUnk, "<unk>");
+    QVERIFY(branched.wait(30000));
+    QCOMPARE(branched.last().at(0).value<BranchResult>().branch.reply.trace.steps[0].chosenId, Tokenizer::kUnk);
+    QCOMPARE(view->whatIfView()->branches(), 2);
     // A typed word outside the vocabulary is an error naming it, and no branch.
     QSignalSpy failed(engine, &EngineController::failed);
-    Q_EMIT view->whatIfView()->forceRequested(0, "zzyzxq");
+    Q_EMIT view->whatIfView()->forceRequested(0, -1, "zzyzxq");
     QVERIFY(failed.wait(30000));
     QVERIFY(failed.last().at(0).toString().contains("zzyzxq"));
-    QCOMPARE(view->whatIfView()->branches(), 1);
+    QCOMPARE(view->whatIfView()->branches(), 2);
     // Another reply selected and back: its branch is still there.
     chat->selectAnswer(chat->shownAnswer() - 1);
     QCOMPARE(view->whatIfView()->branches(), 0);
     chat->selectAnswer(r.id);
-    QCOMPARE(view->whatIfView()->branches(), 1);
+    QCOMPARE(view->whatIfView()->branches(), 2);
 
     // Two questions: different states, different replies; from zeros one reply to both.
     QSignalSpy compared(engine, &EngineController::compared);
@@ -358,9 +368,11 @@ void TestUi::explainTabsShowWhyThisReply()
 
     // Beam search: the tree of its hypotheses, a node's state on click.
     QSignalSpy replies(engine, &EngineController::replyReady);
+    view->tabs()->setCurrentIndex(0); // no nearest prompts for this one
     chat->methodBox()->setCurrentText("beam");
     chat->ask("what is an lstm?");
     QVERIFY(replies.wait(30000));
+    const quint64 beamAnswer = replies.last().at(0).value<ChatAnswer>().id;
     chat->methodBox()->setCurrentText("greedy");
     const auto& tree = view->beamTreeView()->tree();
     QVERIFY(tree.size() > 4);
@@ -369,7 +381,8 @@ void TestUi::explainTabsShowWhyThisReply()
     QCOMPARE(view->beamTreeView()->selectedNode(), 2);
 
     // Only the newest answers keep their weights (a model copy each): once other weights have
-    // given enough answers, an old one says it can no longer be explained.
+    // given enough answers, an old one keeps what was explained but takes no new branches, and
+    // one never explained says it can no longer be.
     QSignalSpy opened(engine, &EngineController::runLoaded);
     engine->loadRun(m_window->trainView()->currentRun());
     QVERIFY(opened.wait(30000));
@@ -379,7 +392,12 @@ void TestUi::explainTabsShowWhyThisReply()
     }
     chat->selectAnswer(r.id);
     QVERIFY(!view->whatIfView()->isEnabled());
-    QVERIFY(view->neighboursView()->summary()->text().contains("no longer kept"));
+    QCOMPARE(view->neighboursView()->table()->rowCount(), 8);
+    QCOMPARE(view->whatIfView()->branches(), 2);
+    view->tabs()->setCurrentWidget(view->neighboursView());
+    chat->selectAnswer(beamAnswer); // explained before its neighbours were asked for
+    QVERIFY2(view->neighboursView()->summary()->text().contains("no longer kept"),
+        qPrintable(view->neighboursView()->summary()->text()));
     chat->selectAnswer(chat->botMessages() > 0 ? replies.last().at(0).value<ChatAnswer>().id : 0);
     QVERIFY(view->whatIfView()->isEnabled());
 }
@@ -415,10 +433,13 @@ void TestUi::indexBuildKeepsTheWindowResponsive()
     QSignalSpy opened(engine, &EngineController::runLoaded);
     engine->loadRun(QString::fromStdString(run));
     QVERIFY(opened.wait(30000));
+    auto* view = m_window->chatView()->handoffView();
+    view->tabs()->setCurrentWidget(view->neighboursView()); // the index is built for this tab
     QSignalSpy explained(engine, &EngineController::explained);
     QSignalSpy replies(engine, &EngineController::replyReady);
     m_window->chatView()->ask("w1 w2 w3");
     QVERIFY(replies.wait(30000));
+    const quint64 first = replies.last().at(0).value<ChatAnswer>().id;
     QElapsedTimer clock;
     clock.start();
     qint64 last = 0, longest = 0;
@@ -430,13 +451,27 @@ void TestUi::indexBuildKeepsTheWindowResponsive()
         last = clock.elapsed();
     });
     timer.start(5);
-    QVERIFY(explained.wait(60000));
+    // A question asked while the index builds is answered after it.
+    QTimer::singleShot(100, this, [&] { m_window->chatView()->ask("w4 w5"); });
+    auto built = [&] {
+        for (const auto& args : explained)
+            if (args.at(0).value<ExplainResult>().id == first && args.at(0).value<ExplainResult>().withNeighbours)
+                return true;
+        return false;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(built(), 60000);
     timer.stop();
-    const Explanation e = explained.last().at(0).value<ExplainResult>().explanation;
+    QTRY_COMPARE_WITH_TIMEOUT(replies.count(), 2, 30000);
+    Explanation e;
+    for (const auto& args : explained)
+        if (args.at(0).value<ExplainResult>().id == first && args.at(0).value<ExplainResult>().withNeighbours)
+            e = args.at(0).value<ExplainResult>().explanation;
     QVERIFY(e.indexedPrompts > 15000);
     qInfo("index of %zu prompts built in %.0f ms; the window's event loop ran %d times meanwhile, longest gap %lld ms",
         e.indexedPrompts, e.indexBuildMilliseconds, ticks, longest);
     QVERIFY(ticks >= 5);
+    QVERIFY2(longest < 1000, qPrintable(QString::number(longest))); // the build is not on this thread
+    view->tabs()->setCurrentIndex(0);
 }
 
 void TestUi::breakingHandoffTurnsBadgeRedAndProbeDrops()

@@ -256,25 +256,39 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     });
     // Why this reply: the explanation of the answer shown, its what-if branches, two questions.
     connect(m_engine, &EngineController::explained, this, [this](const ExplainResult& r) {
-        m_explanations.insert(r.id, r.explanation);
+        if (m_explaining.value(r.id) == r.withNeighbours)
+            m_explaining.remove(r.id);
+        // Neighbours by another metric than the one now chosen: a newer request is on its way.
+        if (r.withNeighbours && r.explanation.metric != m_handoff->neighboursView()->metric())
+            return;
+        auto old = m_explanations.find(r.id);
+        if (old != m_explanations.end() && old->withNeighbours && !r.withNeighbours)
+            return; // keep the one that has them
+        m_explanations.insert(r.id, r);
         if (r.id == m_shown)
             m_handoff->showExplanation(r.explanation);
+    });
+    connect(m_handoff->tabs(), &QTabWidget::currentChanged, this, [this] {
+        if (neighboursWanted())
+            requestExplanation();
     });
     connect(m_engine, &EngineController::branched, this, [this](const BranchResult& r) {
         m_branches[r.id].push_back(r.branch);
         if (r.id == m_shown)
             m_handoff->addBranch(r.branch);
     });
-    connect(m_handoff->whatIfView(), &WhatIfView::forceRequested, this, [this](int step, const QString& word) {
-        auto it = m_answers.find(m_shown);
-        if (it != m_answers.end() && it->bot)
-            m_engine->whatIf(*it, step, word);
-    });
-    connect(m_handoff->neighboursView(), &NeighboursView::metricChanged, this, [this](StateMetric metric) {
-        m_explanations.clear(); // every answer's neighbours were searched by the other metric
-        auto it = m_answers.find(m_shown);
-        if (it != m_answers.end() && it->bot)
-            m_engine->explain(*it, metric);
+    connect(m_handoff->whatIfView(), &WhatIfView::forceRequested, this,
+        [this](int step, qint64 token, const QString& word) {
+            auto it = m_answers.find(m_shown);
+            if (it != m_answers.end() && it->bot)
+                m_engine->whatIf(*it, step, token, word);
+        });
+    connect(m_handoff->neighboursView(), &NeighboursView::metricChanged, this, [this] {
+        // Every answer's neighbours were searched by the other metric; the rest still holds.
+        for (ExplainResult& r : m_explanations)
+            r.withNeighbours = false;
+        m_explaining.clear();
+        requestExplanation();
     });
     connect(
         m_handoff->questionsView(), &QuestionsView::compareRequested, m_engine, &EngineController::compareQuestions);
@@ -375,20 +389,45 @@ void ChatView::selectAnswer(quint64 id)
         return;
     m_shown = id;
     m_handoff->showReply(it->prompt, it->reply);
-    if (!it->bot) {
-        m_handoff->explanationUnavailable(tr("the weights that gave this reply are no longer kept (only those of the "
-                                             "last %1 replies are); ask again to explain it")
-                                              .arg(kAnswersExplained));
-        return;
-    }
     for (const Branch& b : m_branches.value(id))
         m_handoff->addBranch(b);
-    // The explanation is computed once per answer (and metric), after the reply is shown.
     auto e = m_explanations.find(id);
     if (e != m_explanations.end())
-        m_handoff->showExplanation(*e);
-    else
-        m_engine->explain(*it, m_handoff->neighboursView()->metric());
+        m_handoff->showExplanation(e->explanation);
+    if (!it->bot) {
+        if (e == m_explanations.end() || !e->withNeighbours)
+            m_handoff->explanationUnavailable(tr("the weights that gave this reply are no longer kept (only those "
+                                                 "of the last %1 replies are); ask again to explain it")
+                                                  .arg(kAnswersExplained));
+        m_handoff->whatIfView()->setEnabled(false);
+        return;
+    }
+    requestExplanation();
+}
+
+bool ChatView::neighboursWanted() const
+{
+    return m_handoff->tabs()->currentWidget() == m_handoff->neighboursView();
+}
+
+void ChatView::requestExplanation()
+{
+    auto it = m_answers.find(m_shown);
+    if (it == m_answers.end() || !it->bot)
+        return;
+    const bool neighbours = neighboursWanted();
+    auto have = m_explanations.find(m_shown);
+    if (have != m_explanations.end() && (have->withNeighbours || !neighbours))
+        return;
+    auto pending = m_explaining.find(m_shown);
+    if (pending != m_explaining.end() && (*pending || !neighbours))
+        return;
+    m_explaining[m_shown] = neighbours;
+    if (neighbours)
+        m_handoff->neighboursView()->showNote(tr("searching the training prompts (the first search for these weights "
+                                                 "encodes them all)…"),
+            /*warning=*/false);
+    m_engine->explain(*it, m_handoff->neighboursView()->metric(), neighbours ? 8 : 0);
 }
 
 void ChatView::addBubble(const QString& text, bool bot, quint64 id, const TraceChecks* checks)

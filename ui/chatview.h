@@ -81,7 +81,13 @@ private:
     HandoffView* m_handoff = nullptr;
     QMap<quint64, ChatAnswer> m_answers;
     quint64 m_shown = 0;
-    QMap<quint64, chatbench::Explanation> m_explanations; // per answer, at the metric asked last
+    // The shown answer's explanation, asked for unless it is here or on its way; with the nearest
+    // prompts only while their tab is open (the first search for a set of weights builds an index
+    // in the chat thread, and replies asked meanwhile wait).
+    void requestExplanation();
+    bool neighboursWanted() const;
+    QMap<quint64, ExplainResult> m_explanations; // per answer, the latest (neighbours at the metric shown)
+    QMap<quint64, bool> m_explaining; // answers whose explanation is on its way (true: with neighbours)
     QMap<quint64, std::vector<chatbench::Branch>> m_branches; // per answer, its what-if branches
     QStringList m_asked; // the questions asked, for the comparison
     QStringList m_probeQuestions;

@@ -7,6 +7,8 @@
 #include "chatbench/error.h"
 #include "chatbench/runs.h"
 
+#include <algorithm>
+#include <deque>
 #include <set>
 
 using namespace chatbench;
@@ -299,12 +301,14 @@ public:
                 ex.metric = metric;
                 ex.neighbours = neighbours;
                 std::string why;
-                const PromptIndex* index = indexFor(answer.bot, &why);
+                const PromptIndex* index = neighbours > 0 ? indexFor(answer.bot, &why) : nullptr;
                 DecodeOptions opt = answer.options;
                 opt.cancel = m_closing.get();
                 ExplainResult r;
                 r.id = answer.id;
+                r.withNeighbours = neighbours > 0;
                 r.explanation = chatbench::explain(*answer.bot, answer.prompt.toStdString(), opt, ex, index);
+                r.explanation.reply = {}; // the window has it (ChatAnswer::reply)
                 if (!why.empty())
                     r.explanation.neighboursNote = why;
                 Q_EMIT explained(r);
@@ -312,13 +316,14 @@ public:
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Chat); });
     }
 
-    void whatIf(const ChatAnswer& answer, int step, const QString& word)
+    void whatIf(const ChatAnswer& answer, int step, qint64 token, const QString& word)
     {
         if (!answer.bot)
             return;
         guarded(
             [&] {
-                const int64_t id = tokenToForce(answer.bot->tokenizer(), word.trimmed().toStdString());
+                const int64_t id
+                    = token >= 0 ? token : tokenToForce(answer.bot->tokenizer(), word.trimmed().toStdString());
                 DecodeOptions opt = answer.options;
                 opt.cancel = m_closing.get();
                 BranchResult r;
@@ -347,27 +352,35 @@ Q_SIGNALS:
 
 private:
     // The nearest-prompt index of `bot`'s weights: built on first use (the training prompts
-    // encoded in batches, on this thread) and kept until other weights ask. Null, with `why`,
-    // when there are no training prompts to index.
+    // encoded in batches, on this thread); the last two are kept, so going back and forth between
+    // answers of two snapshots builds nothing. Null, with `why`, when there are no training
+    // prompts to index.
     const PromptIndex* indexFor(const std::shared_ptr<const Chatbot>& bot, std::string* why)
     {
-        if (m_indexBot != bot) {
-            m_index.reset();
-            m_indexError.clear();
-            m_indexBot = bot;
+        auto it = std::find_if(m_indexes.begin(), m_indexes.end(), [&](const Index& i) { return i.bot == bot; });
+        if (it == m_indexes.end()) {
+            Index made { bot, nullptr, {} };
             try {
-                m_index = std::make_unique<PromptIndex>(PromptIndex::build(*bot, trainingPairs(*bot), m_closing.get()));
+                made.index
+                    = std::make_shared<PromptIndex>(PromptIndex::build(*bot, trainingPairs(*bot), m_closing.get()));
             } catch (const Error& e) {
-                m_indexError = e.what();
+                made.error = e.what();
             }
+            m_indexes.push_front(std::move(made));
+            if (m_indexes.size() > 2)
+                m_indexes.pop_back();
+            it = m_indexes.begin();
         }
-        *why = m_indexError;
-        return m_index.get();
+        *why = it->error;
+        return it->index.get();
     }
 
-    std::shared_ptr<const Chatbot> m_indexBot;
-    std::unique_ptr<PromptIndex> m_index;
-    std::string m_indexError;
+    struct Index {
+        std::shared_ptr<const Chatbot> bot;
+        std::shared_ptr<PromptIndex> index;
+        std::string error;
+    };
+    std::deque<Index> m_indexes; // newest first
     std::shared_ptr<const Chatbot> m_bot;
     std::shared_ptr<std::atomic<bool>> m_closing;
 };
@@ -553,9 +566,9 @@ void EngineController::explain(const ChatAnswer& answer, StateMetric metric, int
     post(m_chat, [w = m_chat, answer, metric, neighbours] { w->explain(answer, metric, neighbours); });
 }
 
-void EngineController::whatIf(const ChatAnswer& answer, int step, const QString& word)
+void EngineController::whatIf(const ChatAnswer& answer, int step, qint64 token, const QString& word)
 {
-    post(m_chat, [w = m_chat, answer, step, word] { w->whatIf(answer, step, word); });
+    post(m_chat, [w = m_chat, answer, step, token, word] { w->whatIf(answer, step, token, word); });
 }
 
 void EngineController::compareQuestions(const QString& a, const QString& b)

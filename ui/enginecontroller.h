@@ -75,7 +75,8 @@ struct ChatAnswer {
 // An answer's explanation (occlusion and nearest training prompts) or one what-if branch of it.
 struct ExplainResult {
     quint64 id = 0; // the answer's id
-    chatbench::Explanation explanation;
+    chatbench::Explanation explanation; // without its reply (the answer has it)
+    bool withNeighbours = false; // the nearest prompts were asked for (found, or a note why not)
 };
 struct BranchResult {
     quint64 id = 0; // the answer's id
@@ -128,12 +129,13 @@ public:
     quint64 chat(const QString& text, const chatbench::DecodeOptions& options);
     void probeDiversity(const QStringList& questions, const chatbench::DecodeOptions& options);
     // Why this reply (chat thread, with the weights that gave it): which words moved the state,
-    // and the `neighbours` training prompts nearest by `metric` from an index built once per set
-    // of weights → explained.
-    void explain(const ChatAnswer& answer, chatbench::StateMetric metric, int neighbours = 8);
-    // What `answer`'s bot would have said with `word` at decoder step `step` → branched (or
-    // failed, naming a word outside the vocabulary).
-    void whatIf(const ChatAnswer& answer, int step, const QString& word);
+    // and (when `neighbours` > 0) the training prompts nearest by `metric`, from an index built
+    // on first use for those weights (the last two sets are kept) → explained. Replies asked
+    // meanwhile wait for the build.
+    void explain(const ChatAnswer& answer, chatbench::StateMetric metric, int neighbours);
+    // What `answer`'s bot would have said with token `token` (or, when -1, the typed `word`) at
+    // decoder step `step` → branched (or failed, naming a word outside the vocabulary).
+    void whatIf(const ChatAnswer& answer, int step, qint64 token, const QString& word);
     // Two questions to the current weights side by side → compared.
     void compareQuestions(const QString& a, const QString& b);
     // Benchmarks on the loaded corpus (engine thread; not while training). stop() cancels.

@@ -214,7 +214,7 @@ WhatIfView::WhatIfView(QWidget* parent)
     connect(m_step, &QSpinBox::valueChanged, this, &WhatIfView::showCandidates);
     auto typed = [this] {
         if (!m_word->text().trimmed().isEmpty())
-            Q_EMIT forceRequested(step(), m_word->text().trimmed());
+            Q_EMIT forceRequested(step(), -1, m_word->text().trimmed());
     };
     connect(m_force, &QPushButton::clicked, this, typed);
     connect(m_word, &QLineEdit::returnPressed, this, typed);
@@ -277,7 +277,8 @@ void WhatIfView::showCandidates()
         b->setToolTip(
             c.id == s.chosenId ? tr("The word chosen here") : tr("Force “%1” at step %2").arg(q(c.word)).arg(t));
         b->setEnabled(c.id != s.chosenId);
-        connect(b, &QPushButton::clicked, this, [this, t, w = q(c.word)] { Q_EMIT forceRequested(t, w); });
+        connect(b, &QPushButton::clicked, this,
+            [this, t, id = static_cast<qint64>(c.id), w = q(c.word)] { Q_EMIT forceRequested(t, id, w); });
         m_candidates->addWidget(b);
         m_buttons << b;
     }
@@ -565,20 +566,22 @@ StateMetric NeighboursView::metric() const
 
 void NeighboursView::clear()
 {
-    m_summary->setText(tr("Click a bot reply: its nearest training prompts are searched in the chat thread."));
+    m_summary->setText(tr("The training prompts nearest the question shown are searched while this tab is open."));
     m_summary->setStyleSheet(QString());
     m_table->setRowCount(0);
 }
 
-void NeighboursView::showNote(const QString& why)
+void NeighboursView::showNote(const QString& note, bool warning)
 {
     m_table->setRowCount(0);
-    m_summary->setText(tr("No nearest prompts: %1.").arg(why));
-    m_summary->setStyleSheet("color: #8a5a00;");
+    m_summary->setText(warning ? tr("No nearest prompts: %1.").arg(note) : note);
+    m_summary->setStyleSheet(warning ? "color: #8a5a00;" : "color: #555;");
 }
 
 void NeighboursView::setExplanation(const Explanation& e)
 {
+    if (e.neighbours.empty() && e.neighboursNote.empty())
+        return; // not searched in this explanation: whatever the view shows stands
     if (!e.neighboursNote.empty()) {
         showNote(q(e.neighboursNote));
         return;

@@ -44,7 +44,8 @@ public:
     QList<QPushButton*> candidateButtons() const { return m_buttons; }
 
 Q_SIGNALS:
-    void forceRequested(int step, const QString& word);
+    // A candidate clicked (`token` its id) or a word typed (`token` -1: the engine looks it up).
+    void forceRequested(int step, qint64 token, const QString& word);
 
 private:
     void showCandidates();
@@ -90,7 +91,7 @@ public:
     explicit NeighboursView(QWidget* parent = nullptr);
 
     void setExplanation(const chatbench::Explanation& e);
-    void showNote(const QString& why); // no neighbours, and why
+    void showNote(const QString& note, bool warning = true); // no neighbours (yet), and why
     void clear();
     chatbench::StateMetric metric() const;
     QTableWidget* table() const { return m_table; }

@@ -191,14 +191,19 @@ protected:
             }
             arrow(QColor(120, 150, 200), 10);
         }
-        if (!heights.empty()) {
+        if (!m_occlusion.empty()) {
             QFont small = font();
             small.setPointSizeF(font().pointSizeF() * 0.8);
             p.setFont(small);
             p.setPen(Qt::gray);
             p.drawText(10, height() - 6,
-                tr("bars: how far dropping each word moves the encoder's final (h, c); red: the reply changes without "
-                   "it (hover for numbers)"));
+                !heights.empty()
+                    ? tr("bars: how far dropping each word moves the encoder's final (h, c); red: the greedy reply "
+                         "changes without it (hover for numbers)")
+                    : tr("no occlusion bars: the model reads %1 of these %2 words (the question was cut at its source "
+                         "length, or unknown words were dropped)")
+                          .arg(m_occlusion.size())
+                          .arg(t.inputWords.size()));
             p.setFont(font());
         }
         if (t.inputWords.empty()) {

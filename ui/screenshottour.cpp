@@ -23,6 +23,7 @@
 #include <QPushButton>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QToolButton>
@@ -134,9 +135,10 @@ int ScreenshotTour::run()
     train->setConfig(cfg);
     train->startTraining();
     int epochs = 0;
-    ok = waitFor(engine, &EngineController::epochDone, 120000, [&] { return ++epochs >= 25; }) || fail("no epochs");
+    ok = (waitFor(engine, &EngineController::epochDone, 120000, [&] { return ++epochs >= 25; }) || fail("no epochs"))
+        && ok;
     shot("02-training-live");
-    ok = waitFor(engine, &EngineController::trainingFinished, 300000) || fail("training did not finish");
+    ok = (waitFor(engine, &EngineController::trainingFinished, 300000) || fail("training did not finish")) && ok;
     shot("03-trained");
     const QString trainedRun = train->currentRun();
 
@@ -148,7 +150,7 @@ int ScreenshotTour::run()
         ok = waitFor(engine, &EngineController::replyReady, 30000) && ok;
     }
     auto* why = chat->handoffView();
-    ok = waitUntil([&] { return !why->occlusionBars().empty(); }, 30000) || fail("no occlusion bars");
+    ok = (waitUntil([&] { return !why->occlusionBars().empty(); }, 30000) || fail("no occlusion bars")) && ok;
     shot("04-chat-handoff");
     why->helpButton()->setChecked(true);
     shot("04b-handoff-help");
@@ -168,18 +170,21 @@ int ScreenshotTour::run()
             if (b->isEnabled()) {
                 const int before = why->whatIfView()->branches();
                 b->click();
-                ok = waitUntil([&] { return why->whatIfView()->branches() > before; }, 30000) || fail("no branch");
+                ok = (waitUntil([&] { return why->whatIfView()->branches() > before; }, 30000) || fail("no branch"))
+                    && ok;
                 break;
             }
     }
     shot("06b-what-if");
-    why->tabs()->setCurrentWidget(why->neighboursView());
+    why->tabs()->setCurrentWidget(why->neighboursView()); // opening the tab searches
+    ok = (waitUntil([&] { return why->neighboursView()->table()->rowCount() > 0; }, 60000) || fail("no neighbours"))
+        && ok;
     shot("06c-nearest-prompts");
     why->tabs()->setCurrentWidget(why->questionsView());
     why->questionsView()->first()->setCurrentText("hello");
     why->questionsView()->second()->setCurrentText("what does the forget gate do?");
     why->questionsView()->compare();
-    ok = waitFor(engine, &EngineController::compared, 30000) || fail("no comparison");
+    ok = (waitFor(engine, &EngineController::compared, 30000) || fail("no comparison")) && ok;
     shot("06d-two-questions");
     chat->methodBox()->setCurrentText("beam");
     chat->ask("what is an lstm?");

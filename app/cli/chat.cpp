@@ -178,6 +178,8 @@ int run(const ChatArgs& a)
             std::cerr << "indexed " << index->size() << " training prompts in " << fixed(index->buildMilliseconds(), 0)
                       << " ms" << std::endl;
         } catch (const Error& e) {
+            if (cancelFlag().load())
+                return 130; // Ctrl-C while the prompts were being encoded
             std::cerr << "note: no nearest training prompts: " << e.what() << std::endl;
         }
     }
@@ -218,7 +220,8 @@ int run(const ChatArgs& a)
         } catch (const Error& e) {
             // One question the options cannot explain (a --force step past its reply) ends
             // neither the session nor the questions after it.
-            std::cout << std::endl;
+            if (tty)
+                std::cout << std::endl; // after the "bot> " prompt
             std::cerr << "error: " << e.what() << std::endl;
             failed = true;
         }

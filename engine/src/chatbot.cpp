@@ -209,8 +209,9 @@ void checkForced(const DecodeOptions& o, int64_t V)
     }
 }
 
-// Beam search from (h0, c0), its first tokens forced to opt.forcedPrefix. `tree` gets every
-// candidate of every step (see BeamNode); the returned reply's path is marked chosen.
+// Beam search from (h0, c0), its first tokens forced to opt.forcedPrefix. With opt.trace, `tree`
+// gets every candidate of every step (see BeamNode) and the returned reply's path is marked
+// chosen; without, it stays empty.
 std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const EncoderOutput& enc, const torch::Tensor& h0,
     const torch::Tensor& c0, const DecodeOptions& opt, int maxSteps, std::vector<BeamNode>& tree)
 {
@@ -222,6 +223,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
     };
     const int64_t V = tok.size();
     const int width = std::max(1, opt.beamWidth);
+    const bool record = opt.trace;
     tree.clear();
     BeamNode root;
     root.id = Tokenizer::kStart;
@@ -250,8 +252,10 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
             const int64_t last = hyp.tokens.empty() ? Tokenizer::kStart : hyp.tokens.back();
             outs.push_back(
                 m.decode(torch::tensor({ { last } }, torch::TensorOptions().device(h0.device())), hIn, cIn, enc));
-            tree[static_cast<size_t>(hyp.node)].h = topLayer(outs.back().h);
-            tree[static_cast<size_t>(hyp.node)].c = topLayer(outs.back().c);
+            if (record) {
+                tree[static_cast<size_t>(hyp.node)].h = topLayer(outs.back().h);
+                tree[static_cast<size_t>(hyp.node)].c = topLayer(outs.back().c);
+            }
             auto lp = torch::log_softmax(outs.back().logits[0][0].to(torch::kFloat32), -1).cpu();
             lp[Tokenizer::kPad] = -INFINITY;
             lp[Tokenizer::kStart] = -INFINITY;
@@ -261,10 +265,13 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
                 cands.push_back({ b, id, l, hyp.logp + l });
                 continue;
             }
-            auto [vals, idx] = lp.topk(std::min<int64_t>(width, V));
-            for (int64_t k = 0; k < vals.size(0); ++k)
-                cands.push_back(
-                    { b, idx[k].item<int64_t>(), vals[k].item<double>(), hyp.logp + vals[k].item<double>() });
+            // <pad> and <start> are never candidates, however wide the beam.
+            auto [vals, idx] = lp.topk(std::min<int64_t>(width, V - 2));
+            for (int64_t k = 0; k < vals.size(0); ++k) {
+                const double l = vals[k].item<double>();
+                if (std::isfinite(l))
+                    cands.push_back({ b, idx[k].item<int64_t>(), l, hyp.logp + l });
+            }
         }
         std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
         std::vector<Hyp> next;
@@ -279,6 +286,8 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
             n.forced = forcing;
             n.finished = c.token == Tokenizer::kEnd;
             n.kept = static_cast<int>(next.size()) < width;
+            if (!n.kept && !record)
+                break; // the rest are pruned too
             tree.push_back(std::move(n));
             if (!tree.back().kept)
                 continue;
@@ -302,6 +311,8 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
         = *std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) { return norm(a) < norm(b); });
     for (int n = best.node; n >= 0; n = tree[static_cast<size_t>(n)].parent)
         tree[static_cast<size_t>(n)].chosen = true;
+    if (!record)
+        tree.clear();
     return best.tokens;
 }
 
@@ -336,6 +347,9 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
             && opt.forcedPrefix.empty()) {
             r.ids = I.fast->reply(tr.inputIds, maxSteps, /*stopAtEnd=*/true, &r.score);
             r.text = I.tok.decode(r.ids);
+            // The mean covers every step taken: the words, and the <end> unless the limit came first.
+            const bool ended = r.ids.size() < static_cast<size_t>(maxSteps);
+            r.logProbability = r.score * static_cast<double>(r.ids.size() + (ended ? 1 : 0));
         } else {
             tracedReply(*I.fast, *I.model, I.tok, tr.inputIds, opt, maxSteps, /*stopAtEnd=*/true, r);
         }

@@ -125,9 +125,11 @@ struct Reply {
     std::string text;
     std::vector<int64_t> ids; // reply tokens without <end>
     double score = 0; // mean log-probability per token of the reply
-    double logProbability = 0; // sum of the chosen tokens' log-probabilities (<end> included)
+    // Sum of the chosen tokens' log-probabilities (<end> included); replyBatch leaves it 0.
+    double logProbability = 0;
     StateTrace trace; // filled by reply(); replyBatch fills only encoderFinal
-    std::vector<BeamNode> beamTree; // with beam search: every hypothesis kept and pruned, root first
+    // With beam search and DecodeOptions::trace: every hypothesis kept and pruned, root first.
+    std::vector<BeamNode> beamTree;
 };
 
 class Chatbot {

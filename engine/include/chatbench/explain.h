@@ -76,8 +76,9 @@ struct Neighbour {
 };
 
 // The encoder's final state of every training prompt under one set of weights, searched
-// exactly (brute force over N × D floats: ~10⁵ prompts of the seed model is 160 MB and a few
-// milliseconds per query; beyond that an approximate index such as HNSW would be the tool).
+// exactly (a scan of N × D floats: 10⁵ prompts of the seed model are 160 MB and ~50 ms a query
+// on one core; well beyond that an approximate index such as HNSW would be the tool). The
+// prompts are those of the corpus as it is on disk now.
 class PromptIndex {
 public:
     // Encodes every prompt in batches. `cancel` (when set) stops the build with Error.
@@ -110,12 +111,14 @@ struct Occlusion {
     std::string word; // as tokenized (<unk> for an unknown word)
     double stateChange = 0; // |state without it − state with it| (L2 over flatState)
     double relativeChange = 0; // stateChange / |state with it|
-    std::string reply; // the greedy reply without it (correct handoff)
+    std::string reply; // the greedy reply without it (with the handoff asked for)
     bool replyChanged = false; // differs from the greedy reply with every word
 };
 // Drops each source token in turn (a one-token question becomes one <unk>) and re-encodes; all
-// variants run as one batch. `cancel` as in DecodeOptions.
-std::vector<Occlusion> occlude(const Chatbot& bot, const std::string& text, const std::atomic<bool>* cancel = nullptr);
+// variants run as one batch. The replies compared are greedy, decoded with `handoff`; `cancel` as
+// in DecodeOptions.
+std::vector<Occlusion> occlude(const Chatbot& bot, const std::string& text, const std::atomic<bool>* cancel = nullptr,
+    HandoffMode handoff = HandoffMode::Correct);
 
 // ---- two questions --------------------------------------------------------------------------
 
