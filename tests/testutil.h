@@ -1,6 +1,8 @@
 #pragma once
 // Small helpers shared by the test suites.
 
+#include "chatbench/config.h"
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -9,8 +11,42 @@
 #include <QTest>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace testutil {
+
+// Twelve question/answer pairs a small model learns by heart in a few seconds: the training and
+// explanation suites train on them.
+inline const std::vector<std::pair<std::string, std::string>> kDialog = {
+    { "hello", "hi there" },
+    { "how are you", "i am fine thanks" },
+    { "what is your name", "my name is chatbench" },
+    { "what is an lstm", "a recurrent network with gates" },
+    { "what does the forget gate do", "it decides what the cell keeps" },
+    { "who made you", "engineers who like charts" },
+    { "do you like music", "yes especially jazz" },
+    { "what time is it", "time to train a model" },
+    { "are you a robot", "i am a small neural network" },
+    { "tell me a joke", "my loss went down and never came back" },
+    { "goodbye", "see you soon" },
+    { "thank you", "you are welcome" },
+};
+
+// A model small enough to learn kDialog by heart in 80 epochs (about two seconds, one thread).
+inline chatbench::TrainConfig dialogConfig()
+{
+    chatbench::TrainConfig c = chatbench::preset("quick");
+    c.model.embedDim = 32;
+    c.model.hidden = 64;
+    c.batchSize = 4;
+    c.epochs = 80;
+    c.learningRate = 1e-2;
+    c.validationFraction = 0;
+    c.seed = 1;
+    c.threads = 1;
+    return c;
+}
 
 // Writes raw bytes to dir/name and returns the path.
 inline std::string writeFile(const QTemporaryDir& dir, const QString& name, const QByteArray& bytes)

@@ -21,20 +21,7 @@ using namespace chatbench;
 
 namespace {
 
-const std::vector<std::pair<std::string, std::string>> kDialog = {
-    { "hello", "hi there" },
-    { "how are you", "i am fine thanks" },
-    { "what is your name", "my name is chatbench" },
-    { "what is an lstm", "a recurrent network with gates" },
-    { "what does the forget gate do", "it decides what the cell keeps" },
-    { "who made you", "engineers who like charts" },
-    { "do you like music", "yes especially jazz" },
-    { "what time is it", "time to train a model" },
-    { "are you a robot", "i am a small neural network" },
-    { "tell me a joke", "my loss went down and never came back" },
-    { "goodbye", "see you soon" },
-    { "thank you", "you are welcome" },
-};
+using testutil::kDialog;
 
 std::vector<float> state(const Reply& r)
 {
@@ -107,15 +94,7 @@ void TestExplain::initTestCase()
     for (const auto& [p, r] : kDialog)
         tsv += QByteArray::fromStdString(p + "\t" + r + "\n");
     m_corpus = testutil::writeFile(m_dir, "dialog.tsv", tsv);
-    TrainConfig c = preset("quick");
-    c.model.embedDim = 32;
-    c.model.hidden = 64;
-    c.batchSize = 4;
-    c.epochs = 80;
-    c.learningRate = 1e-2;
-    c.validationFraction = 0;
-    c.seed = 1;
-    c.threads = 1;
+    TrainConfig c = testutil::dialogConfig();
     c.corpus = m_corpus;
     m_run = m_dir.filePath("run").toStdString();
     QCOMPARE(train(c, loadCorpus(m_corpus), m_run).status, TrainStatus::Finished);
@@ -522,6 +501,10 @@ void TestExplain::explanationAsJson()
     QCOMPARE(j["occlusion"].toArray().size(), qsizetype(2));
     QCOMPARE(j["occlusion"][1]["word"].toString(), QString("you"));
     QCOMPARE(j["occlusion"][1]["state_change"].toDouble(), e.occlusion[1].stateChange);
+    QCOMPARE(j["occlusion"][1]["grad_x_input"].toDouble(), e.occlusion[1].gradientTimesInput);
+    QVERIFY(e.occlusion[0].gradientTimesInput != 0 || e.occlusion[1].gradientTimesInput != 0);
+    QCOMPARE(e.occlusion[1].gradientTimesInput,
+        m_bot->gradientTimesInput(e.reply.trace.inputIds, e.reply.trace.steps[0].chosenId)[1]);
     QCOMPARE(j["neighbours"]["metric"].toString(), QString("l2"));
     QCOMPARE(j["neighbours"]["nearest"].toArray().size(), qsizetype(2));
     QCOMPARE(j["neighbours"]["nearest"][0]["prompt"].toString(), QString("thank you"));

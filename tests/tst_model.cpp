@@ -9,6 +9,7 @@
 #include "maskedlstm.h"
 #include "model.h"
 #include "projectedloss.h"
+#include "snapshot.h"
 #include "trainstep.h"
 
 #include <QTemporaryDir>
@@ -162,6 +163,7 @@ private Q_SLOTS:
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
     void rowSliceIsTheBatchOfThoseRows();
+    void gradientTimesInputMatchesTheEmbeddingGradient();
     void outOfMemoryBacksOffToSmallerPasses();
     void outOfMemoryAtOnePairIsAnError();
     void otherErrorsPassThroughTheBackOff();
@@ -701,6 +703,53 @@ void TestModel::gpuUuidAsNvmlNamesIt()
     const unsigned char bytes[16]
         = { 0x3f, 0x1a, 0x00, 0xff, 0x12, 0x34, 0xab, 0xcd, 0x01, 0x02, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54 };
     QCOMPARE(nvmlUuid(bytes), std::string("GPU-3f1a00ff-1234-abcd-0102-fedcba987654"));
+}
+
+void TestModel::gradientTimesInputMatchesTheEmbeddingGradient()
+{
+    // Against the gradient of the encoder's embedding table, taken through the packed encoder
+    // (another graph than the engine's): with every source word distinct, position i's share is
+    // the table row of its word, dotted with that row.
+    for (const bool attention : { false, true }) {
+        torch::manual_seed(11);
+        TrainConfig tc;
+        tc.model = tinyConfig();
+        tc.model.vocabSize = 20;
+        tc.model.embedDim = 6;
+        tc.model.hidden = 8;
+        tc.model.layers = 2;
+        tc.model.attention = attention;
+        std::vector<std::string> words;
+        for (int i = 4; i < 20; ++i)
+            words.push_back("w" + std::to_string(i));
+        const Tokenizer tok = Tokenizer::fromWords(words, {});
+        Seq2Seq model(tc.model);
+        model->eval();
+        const Chatbot bot = makeSnapshot(tc, tok, model, 0);
+        const std::vector<int64_t> source { 5, 9, 7, 12, 16 };
+        const int64_t token = 11;
+        const std::vector<double> got = bot.gradientTimesInput(source, token);
+        QCOMPARE(got.size(), source.size());
+
+        auto src = torch::tensor(source).unsqueeze(0);
+        const EncoderOutput enc = model->encode(src, torch::tensor({ static_cast<int64_t>(source.size()) }));
+        auto logits = model->decode(torch::tensor({ { Tokenizer::kStart } }), enc.h, enc.c, enc).logits[0][0];
+        auto lp = torch::log_softmax(logits, -1)[token];
+        auto table = model->encoderEmbedding->weight;
+        auto g = torch::autograd::grad({ lp }, { table })[0];
+        double largest = 0;
+        for (size_t i = 0; i < source.size(); ++i) {
+            const double expected = (g[source[i]] * table[source[i]]).sum().item<double>();
+            QVERIFY2(std::abs(got[i] - expected) < 1e-5, qPrintable(QString("%1 vs %2").arg(got[i]).arg(expected)));
+            largest = std::max(largest, std::abs(expected));
+        }
+        QVERIFY(largest > 1e-4); // not all zero
+        QVERIFY(!table.grad().defined()); // the engine left the model's gradients alone
+        if (!attention) { // started from zeros, the decoder never sees the source
+            for (double v : bot.gradientTimesInput(source, token, HandoffMode::ZeroInit))
+                QCOMPARE(v, 0.0);
+        }
+    }
 }
 
 QTEST_GUILESS_MAIN(TestModel)

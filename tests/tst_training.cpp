@@ -30,20 +30,7 @@ using namespace chatbench;
 
 namespace {
 
-const std::vector<std::pair<std::string, std::string>> kDialog = {
-    { "hello", "hi there" },
-    { "how are you", "i am fine thanks" },
-    { "what is your name", "my name is chatbench" },
-    { "what is an lstm", "a recurrent network with gates" },
-    { "what does the forget gate do", "it decides what the cell keeps" },
-    { "who made you", "engineers who like charts" },
-    { "do you like music", "yes especially jazz" },
-    { "what time is it", "time to train a model" },
-    { "are you a robot", "i am a small neural network" },
-    { "tell me a joke", "my loss went down and never came back" },
-    { "goodbye", "see you soon" },
-    { "thank you", "you are welcome" },
-};
+using testutil::kDialog;
 
 Corpus smallCorpus()
 {
@@ -55,16 +42,7 @@ Corpus smallCorpus()
 
 TrainConfig smallConfig()
 {
-    TrainConfig c = preset("quick");
-    c.model.embedDim = 32;
-    c.model.hidden = 64;
-    c.batchSize = 4;
-    c.epochs = 80;
-    c.learningRate = 1e-2;
-    c.validationFraction = 0;
-    c.seed = 1;
-    c.threads = 1;
-    return c;
+    return testutil::dialogConfig();
 }
 
 // A small 2-layer run (E = 16, H = 24, 5 epochs) in `dir`; returns its folder.

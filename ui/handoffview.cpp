@@ -110,12 +110,15 @@ protected:
                 if (m_barRects[i].adjusted(-4, -4, 4, 4).contains(help->pos())) {
                     const Occlusion& o = m_occlusion[i];
                     QToolTip::showText(help->globalPos(),
-                        tr("Without “%1”: the encoder's final (h, c) moves by %2 (%3% of its length); %4")
+                        tr("Without “%1”: the encoder's final (h, c) moves by %2 (%3% of its length); %4.\n"
+                           "Gradient × input of the reply's first word's log-probability here: %5")
                             .arg(QString::fromStdString(o.word))
                             .arg(o.stateChange, 0, 'f', 3)
                             .arg(100 * o.relativeChange, 0, 'f', 1)
-                            .arg(o.replyChanged ? tr("the reply becomes “%1”").arg(QString::fromStdString(o.reply))
-                                                : tr("the reply stays the same")),
+                            .arg(o.replyChanged
+                                    ? tr("the greedy reply becomes “%1”").arg(QString::fromStdString(o.reply))
+                                    : tr("the greedy reply stays the same"))
+                            .arg(o.gradientTimesInput, 0, 'f', 4),
                         this);
                     return true;
                 }

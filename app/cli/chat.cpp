@@ -101,7 +101,7 @@ void printExplanation(const Explanation& e)
     std::cout << "  which words moved the state (drop one, re-encode):" << std::endl;
     for (const Occlusion& o : e.occlusion)
         std::cout << "    " << o.word << "  |Δ(h, c)| " << fixed(o.stateChange, 4) << " ("
-                  << fixed(100 * o.relativeChange, 1) << "%)"
+                  << fixed(100 * o.relativeChange, 1) << "%)  grad×input " << fixed(o.gradientTimesInput, 4)
                   << (o.replyChanged ? "  reply becomes \"" + o.reply + "\"" : "  same reply") << std::endl;
     if (!e.neighboursNote.empty())
         std::cout << "  nearest training prompts: none (" << e.neighboursNote << ")" << std::endl;

@@ -507,6 +507,41 @@ std::vector<std::vector<LayerState>> Chatbot::encoderFinalStates(const std::vect
     return out;
 }
 
+std::vector<double> Chatbot::gradientTimesInput(
+    const std::vector<int64_t>& source, int64_t token, HandoffMode handoff) const
+{
+    Impl& I = *m_impl;
+    encodeBatch(I, { source }); // the checks on the source
+    if (token < 0 || token >= I.tok.size())
+        throw Error("token " + std::to_string(token) + " is outside the vocabulary");
+    I.model->eval();
+    torch::AutoGradMode withGrad(true);
+    const auto dev = torch::TensorOptions().device(I.device);
+    const auto S = static_cast<int64_t>(source.size());
+    // One unpadded sequence: the LSTM's final state is the state at its last token, no packing.
+    auto x = I.model->encoderEmbedding(torch::tensor(source, dev.dtype(torch::kInt64)).unsqueeze(0))
+                 .detach()
+                 .requires_grad_(true); // (1, S, E)
+    auto [out, state] = I.model->encoder->forward(x);
+    EncoderOutput enc { out, std::get<0>(state), std::get<1>(state), torch::ones({ 1, S }, dev.dtype(torch::kBool)) };
+    const bool zero = handoff == HandoffMode::ZeroInit;
+    auto logits = I.model
+                      ->decode(torch::tensor({ { Tokenizer::kStart } }, dev.dtype(torch::kInt64)),
+                          zero ? torch::zeros_like(enc.h) : enc.h, zero ? torch::zeros_like(enc.c) : enc.c, enc)
+                      .logits[0][0]
+                      .to(torch::kFloat32);
+    auto logp = torch::log_softmax(logits, -1)[token];
+    // Only the input's gradient: the parameters' .grad stay untouched (the model is shared).
+    auto grads = torch::autograd::grad({ logp }, { x }, {}, /*retain_graph=*/false, /*create_graph=*/false,
+        /*allow_unused=*/true);
+    std::vector<double> shares(static_cast<size_t>(S), 0.0);
+    if (!grads[0].defined())
+        return shares; // the decoder never saw the source
+    auto share = (grads[0] * x.detach()).sum(-1)[0].to(torch::kCPU, torch::kFloat64).contiguous(); // (S)
+    std::copy_n(share.data_ptr<double>(), S, shares.begin());
+    return shares;
+}
+
 std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, const DecodeOptions& opt) const
 {
     std::vector<std::vector<int64_t>> ids;

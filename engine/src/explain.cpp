@@ -305,6 +305,12 @@ Explanation explain(
     opt.trace = true;
     e.reply = bot.reply(text, opt);
     e.occlusion = occlude(bot, text, opt.cancel, opt.handoff);
+    if (!e.reply.trace.steps.empty()) {
+        const std::vector<double> g
+            = bot.gradientTimesInput(e.reply.trace.inputIds, e.reply.trace.steps.front().chosenId, opt.handoff);
+        for (size_t i = 0; i < g.size() && i < e.occlusion.size(); ++i)
+            e.occlusion[i].gradientTimesInput = g[i];
+    }
     e.metric = ex.metric;
     if (ex.neighbours > 0) {
         if (!index) {
@@ -343,7 +349,8 @@ std::string toJson(const Explanation& e, int indent)
     ordered_json occ = ordered_json::array();
     for (const Occlusion& o : e.occlusion)
         occ.push_back({ { "position", o.position }, { "word", o.word }, { "state_change", o.stateChange },
-            { "relative_change", o.relativeChange }, { "reply", o.reply }, { "reply_changed", o.replyChanged } });
+            { "relative_change", o.relativeChange }, { "reply", o.reply }, { "reply_changed", o.replyChanged },
+            { "grad_x_input", o.gradientTimesInput } });
     j["occlusion"] = std::move(occ);
     ordered_json nb = ordered_json::array();
     for (const Neighbour& n : e.neighbours)

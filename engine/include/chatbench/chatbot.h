@@ -153,6 +153,12 @@ public:
     // The encoder's final state, per layer, of each source (ids as replyBatchIds takes them), in
     // one padded batch.
     std::vector<std::vector<LayerState>> encoderFinalStates(const std::vector<std::vector<int64_t>>& sources) const;
+    // Gradient × input: for each source position, the gradient of log p(`token` as the reply's
+    // first word) with respect to that position's embedding, dotted with the embedding (the
+    // first-order share each word has in that log-probability). The decoder starts as `handoff`
+    // says (from zeros: all 0). `source` as replyBatchIds takes it.
+    std::vector<double> gradientTimesInput(
+        const std::vector<int64_t>& source, int64_t token, HandoffMode handoff = HandoffMode::Correct) const;
     // The source ids the model reads for `text`: tokenized, cut at the model's source length, one
     // <unk> when nothing is left.
     std::vector<int64_t> sourceIds(const std::string& text) const;

@@ -113,6 +113,9 @@ struct Occlusion {
     double relativeChange = 0; // stateChange / |state with it|
     std::string reply; // the greedy reply without it (with the handoff asked for)
     bool replyChanged = false; // differs from the greedy reply with every word
+    // Gradient × input of the explained reply's first word's log-probability at this position
+    // (Chatbot::gradientTimesInput); 0 when the reply has no word.
+    double gradientTimesInput = 0;
 };
 // Drops each source token in turn (a one-token question becomes one <unk>) and re-encodes; all
 // variants run as one batch. The replies compared are greedy, decoded with `handoff`; `cancel` as
