@@ -57,4 +57,8 @@ for h in "${HARNESSES[@]}"; do
   found=$(ls "$BUILD/findings" | grep -c "^$h-" || true)
   printf '%-16s %12s %10s %8s\n' "$h" "${execs:-0}" "${rate:-0}" "$found"
 done
-rm -rf /dev/shm/chatbench-fuzz-* 2>/dev/null || true
+# Scratch folders of harnesses that have ended (another runner may be fuzzing beside this one).
+for d in /dev/shm/chatbench-fuzz-*; do
+  [ -d "$d" ] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
+done
+true

@@ -294,8 +294,10 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
         m_handoff->questionsView(), &QuestionsView::compareRequested, m_engine, &EngineController::compareQuestions);
     connect(m_engine, &EngineController::compared, m_handoff->questionsView(), &QuestionsView::showComparison);
     connect(m_engine, &EngineController::failed, this, [this](const QString&, EngineController::Job job) {
-        if (job == EngineController::Job::Chat)
+        if (job == EngineController::Job::Chat) {
             m_probe->setEnabled(true);
+            m_explaining.clear(); // an explanation that failed may be asked for again
+        }
     });
 }
 
