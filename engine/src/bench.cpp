@@ -75,6 +75,8 @@ std::string dtypeName(c10::ScalarType type)
 // sequences) and the decoder agree, "encoder X, decoder Y" when they do not.
 std::string lstmDtype(Seq2Seq& model, const Batch& b, const torch::Device& dev, Precision p)
 {
+    if (model->maskedLstm()) // the engine's layer: fp32 state, its bulk products on these operands
+        return dtypeName(model->gemmType());
     torch::NoGradGuard g;
     const bool wasTraining = model->is_training();
     model->eval();

@@ -9,15 +9,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Inputs: x, h0, c0, wIh, wHh, bIh, bHh, mask ((T, B) bool on the CPU, or empty = every step real).
-// CPU, fp32, contiguous: the element loops are kernels.cpp's.
+// Inputs: x, h0, c0, wIh, wHh, bIh, bHh, mask ((T, B) bool on the CPU, or empty = every step real),
+// bf16 (the bulk products on bf16 operands). CPU, fp32, contiguous: the element loops are kernels.cpp's.
 // Outputs: outputs (B, T, H), h (B, H), c (B, H).
 class MaskedLstmFunction : public torch::autograd::Function<MaskedLstmFunction> {
 public:
     static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& h0,
         const torch::Tensor& c0, const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh,
-        const torch::Tensor& bHh, const torch::Tensor& mask)
+        const torch::Tensor& bHh, const torch::Tensor& mask, bool bf16)
     {
+        c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const int64_t B = x.size(0), T = x.size(1), I = x.size(2), H = wHh.size(1);
         const bool masked = mask.numel() > 0;
         auto xt = x.transpose(0, 1).contiguous(); // (T, B, I)
@@ -25,10 +26,17 @@ public:
         // sigmoid pass over all four gates serves (lstmCell turns those back into tanh values).
         auto twice = torch::ones({ 4 * H, 1 }, x.options());
         twice.narrow(0, 2 * H, H).fill_(2.0);
-        const auto wIhT = (wIh * twice).t(), wHhT = (wHh * twice).t();
+        const auto wHhT = (wHh * twice).t();
         const auto bias = (bIh + bHh) * twice.squeeze(1);
         // The input projection of every step at once: (T·B, I) × (I, 4H).
-        auto gates = at::addmm(bias, xt.view({ T * B, I }), wIhT).view({ T, B, 4 * H }); // (T, B, 4H)
+        torch::Tensor gates; // (T, B, 4H) fp32
+        if (bf16) {
+            xt = xt.to(torch::kBFloat16); // kept for dWih in the backward pass
+            const auto wIhT = (wIh * twice).to(torch::kBFloat16).t();
+            gates = at::add(at::mm(xt.view({ T * B, I }), wIhT), bias).view({ T, B, 4 * H }); // bf16 + fp32 → fp32
+        } else {
+            gates = at::addmm(bias, xt.view({ T * B, I }), (wIh * twice).t()).view({ T, B, 4 * H });
+        }
         auto hs = torch::empty({ T + 1, B, H }, x.options()); // hs[t] = state before step t
         auto cs = torch::empty({ T + 1, B, H }, x.options());
         auto tanhC = torch::empty({ T, B, H }, x.options()); // tanh of each step's new c
@@ -51,11 +59,14 @@ public:
         if (masked)
             outputs = outputs * mask.unsqueeze(2);
         ctx->save_for_backward({ xt, wIh, wHh, hs, cs, gates, tanhC, mask });
+        ctx->saved_data["bf16"] = bf16;
         return { outputs.transpose(0, 1), hs[T].clone(), cs[T].clone() };
     }
 
     static tensor_list backward(AutogradContext* ctx, tensor_list grads)
     {
+        c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
+        const bool bf16 = ctx->saved_data["bf16"].toBool();
         const auto saved = ctx->get_saved_variables();
         const auto &xt = saved[0], &wIh = saved[1], &wHh = saved[2], &hs = saved[3], &cs = saved[4], &acts = saved[5],
                    &tanhC = saved[6], &mask = saved[7];
@@ -67,10 +78,11 @@ public:
             if (masked)
                 gy = gy * mask.unsqueeze(2);
         }
-        auto dh = grads[1].defined() ? grads[1].contiguous().clone() : torch::zeros({ B, H }, xt.options());
-        auto dc = grads[2].defined() ? grads[2].contiguous().clone() : torch::zeros({ B, H }, xt.options());
-        auto dhKeep = torch::empty({ B, H }, xt.options());
-        auto dgates = torch::empty({ T, B, 4 * H }, xt.options()); // (T, B, 4H)
+        const auto f32 = hs.options(); // xt is bf16 in bf16 mode
+        auto dh = grads[1].defined() ? grads[1].contiguous().clone() : torch::zeros({ B, H }, f32);
+        auto dc = grads[2].defined() ? grads[2].contiguous().clone() : torch::zeros({ B, H }, f32);
+        auto dhKeep = torch::empty({ B, H }, f32);
+        auto dgates = torch::empty({ T, B, 4 * H }, f32); // (T, B, 4H)
         const auto d = dgates.unbind(0);
         std::vector<torch::Tensor> gys;
         if (gy.defined())
@@ -89,11 +101,20 @@ public:
             dh = at::addmm(dhKeep, d[t], wHh); // (B, H): through the recurrent product, plus what passed by
         }
         auto d2 = dgates.view({ T * B, 4 * H });
-        auto dWih = at::mm(d2.t(), xt.view({ T * B, I })); // (4H, I)
-        auto dWhh = at::mm(d2.t(), hs.narrow(0, 0, T).reshape({ T * B, H })); // (4H, H)
         auto db = d2.sum(0); // (4H), the same for both biases
-        auto dx = at::mm(d2, wIh).view({ T, B, I }).transpose(0, 1); // (B, T, I)
-        return { dx, dh, dc, dWih, dWhh, db, db.clone(), torch::Tensor() };
+        auto prev = hs.narrow(0, 0, T).reshape({ T * B, H }); // the state each step started from
+        torch::Tensor dWih, dWhh, dx;
+        if (bf16) { // the three products over all steps on bf16 operands, the results back in fp32
+            const auto d2b = d2.to(torch::kBFloat16);
+            dWih = at::mm(d2b.t(), xt.view({ T * B, I })).to(torch::kFloat32); // (4H, I)
+            dWhh = at::mm(d2b.t(), prev.to(torch::kBFloat16)).to(torch::kFloat32); // (4H, H)
+            dx = at::mm(d2b, wIh.to(torch::kBFloat16)).view({ T, B, I }).transpose(0, 1).to(torch::kFloat32);
+        } else {
+            dWih = at::mm(d2.t(), xt.view({ T * B, I })); // (4H, I)
+            dWhh = at::mm(d2.t(), prev); // (4H, H)
+            dx = at::mm(d2, wIh).view({ T, B, I }).transpose(0, 1); // (B, T, I)
+        }
+        return { dx, dh, dc, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor() };
     }
 };
 
@@ -101,14 +122,15 @@ public:
 
 MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0,
     const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
-    const torch::Tensor& lengths)
+    const torch::Tensor& lengths, torch::ScalarType gemmType)
 {
+    TORCH_CHECK(gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "maskedLstmLayer: fp32 or bf16 products");
     auto mask = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kBool)); // none
     if (lengths.defined()) { // (T, B): true while step t is within row b's length
         auto steps = torch::arange(x.size(1), lengths.options()).unsqueeze(1); // (T, 1)
         mask = (steps < lengths.unsqueeze(0)).contiguous(); // (T, B)
     }
-    auto out = MaskedLstmFunction::apply(x, h0, c0, wIh, wHh, bIh, bHh, mask);
+    auto out = MaskedLstmFunction::apply(x, h0, c0, wIh, wHh, bIh, bHh, mask, gemmType == torch::kBFloat16);
     return { out[0], out[1], out[2] };
 }
 

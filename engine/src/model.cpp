@@ -42,7 +42,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Seq2SeqImpl::runMasked(t
         if (l > 0 && m_cfg.dropout > 0 && is_training()) // what nn::LSTM's dropout does between layers
             in = torch::dropout(in, m_cfg.dropout, /*train=*/true);
         MaskedLstmOutput out = maskedLstmLayer(in, h0[l], c0[l], params["weight_ih" + k], params["weight_hh" + k],
-            params["bias_ih" + k], params["bias_hh" + k], lengths);
+            params["bias_ih" + k], params["bias_hh" + k], lengths, m_gemmType);
         hs.push_back(out.h);
         cs.push_back(out.c);
         in = out.outputs;
@@ -81,7 +81,11 @@ DecoderOutput Seq2SeqImpl::decode(
     const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
 {
     DecoderOutput dec = decodeHidden(input, h0, c0, enc);
-    dec.logits = output(dec.top); // (B, T, V)
+    // As rows: the engine's layer hands out a time-major buffer seen batch-first, and matmul on
+    // such a (B, T, H) view under bf16 autocast becomes a batched product over a copy of the
+    // weight per row (45 MB a step at B = 50); the rows make it one product.
+    const auto& top = dec.top;
+    dec.logits = output(top.reshape({ -1, top.size(-1) })).view({ top.size(0), top.size(1), -1 }); // (B, T, V)
     return dec;
 }
 
@@ -91,7 +95,9 @@ DecoderOutput Seq2SeqImpl::decodeHidden(
     DecoderOutput dec;
     auto x = dropout(decoderEmbedding(input)); // (B, T, E)
     torch::Tensor out; // (B, T, H)
-    if (m_maskedLstm) {
+    // One step at a time outside training (replies), nn::LSTM: the engine's layer prepares its
+    // weights per call, which pays over a whole sequence, not per token.
+    if (m_maskedLstm && (is_training() || input.size(1) > 1)) {
         // Padding after a response's end never reaches a real position (the decoder runs
         // forward in time), so no mask is needed; the final state of a padded row is unused.
         std::tie(out, dec.h, dec.c) = runMasked(decoder, x, h0, c0, torch::Tensor());

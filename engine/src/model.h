@@ -41,9 +41,17 @@ public:
         const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc);
 
     const ModelConfig& config() const { return m_cfg; }
-    // Training on the CPU in fp32 runs both LSTMs through maskedLstmLayer (same maths, own
-    // backward, true-last-token state without packing); off: torch::nn::LSTM (inference, CUDA).
-    void setMaskedLstm(bool on) { m_maskedLstm = on; }
+    // Training on the CPU runs both LSTMs through maskedLstmLayer (same maths, own backward,
+    // true-last-token state without packing), its bulk products on `gemmType` operands (fp32, or
+    // bf16 for bf16 training); off: torch::nn::LSTM (inference, CUDA).
+    void setMaskedLstm(bool on, torch::ScalarType gemmType = torch::kFloat32)
+    {
+        m_maskedLstm = on;
+        m_gemmType = gemmType;
+    }
+    bool maskedLstm() const { return m_maskedLstm; }
+    // The operand type of the masked layers' bulk products (and the trainer's projected loss).
+    torch::ScalarType gemmType() const { return m_gemmType; }
 
     torch::nn::Embedding encoderEmbedding { nullptr };
     torch::nn::Embedding decoderEmbedding { nullptr }; // the same module as encoderEmbedding when shared
@@ -61,6 +69,7 @@ private:
 
     ModelConfig m_cfg;
     bool m_maskedLstm = false;
+    torch::ScalarType m_gemmType = torch::kFloat32;
 };
 TORCH_MODULE(Seq2Seq);
 

@@ -39,7 +39,10 @@ Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precisi
     torch::manual_seed(cfg.seed);
     s.model = Seq2Seq(cfg.model);
     s.model->to(device);
-    s.model->setMaskedLstm(device.is_cpu() && precision == Precision::FP32);
+    // The engine's LSTM layer and projected loss on the CPU: fp32, or bf16 products with fp32
+    // state and master weights (autocast's nn::LSTM runs the packed per-step path in bf16).
+    s.model->setMaskedLstm(device.is_cpu() && precision != Precision::FP16,
+        precision == Precision::BF16 ? torch::kBFloat16 : torch::kFloat32);
     s.lossScaling = precision == Precision::FP16;
     s.optimizer = makeOptimizer(cfg, s.model->parameters());
     return s;
@@ -57,8 +60,9 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1); // (N) real positions
         auto hidden = top.reshape({ -1, top.size(-1) }).index_select(0, rows); // (N, H)
         auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
-        if (training && !correct && s.device.is_cpu() && s.precision == Precision::FP32)
-            return projectedCrossEntropy(hidden, s.model->output->weight, s.model->output->bias, target);
+        if (training && !correct && s.model->maskedLstm())
+            return projectedCrossEntropy(
+                hidden, s.model->output->weight, s.model->output->bias, target, s.model->gemmType());
         auto logits = s.model->output(hidden).to(torch::kFloat32); // (N, V)
         if (correct)
             *correct = (logits.argmax(-1) == target).sum().item<int64_t>();
