@@ -6,6 +6,7 @@
 #include "chatbench/doctor.h"
 #include "chatbench/error.h"
 #include "checkpoint.h"
+#include "cpugemm.h"
 #include "maskedlstm.h"
 #include "model.h"
 #include "projectedloss.h"
@@ -162,6 +163,9 @@ private Q_SLOTS:
     void maskedModelTrainsLikeTorchModel();
     void projectedLossMatchesLinearCrossEntropy_data();
     void projectedLossMatchesLinearCrossEntropy();
+    void bf16ProductsSumInFp32_data();
+    void bf16ProductsSumInFp32();
+    void packedRecurrentProductMatchesMm();
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
     void rowSliceIsTheBatchOfThoseRows();
@@ -361,9 +365,9 @@ void TestModel::bucketingReducesPadding()
     QVERIFY(static_cast<double>(withBuckets) < 1.2 * static_cast<double>(real));
 }
 
-// bf16 products (operands and results rounded to 8 significant bits, 2^-9 relative) against the
+// bf16 products (operands rounded to 8 significant bits, 2^-9 relative, fp32 sums) against the
 // fp32 reference: each rounding moves a gate by ~0.2%, and the state carries it through the
-// steps. The worst case measured on maskedLstmMatchesTorchLstm is 1.2e-2 (dW_ih, full length);
+// steps. The worst case measured on maskedLstmMatchesTorchLstm is 1.1e-2 (dW_ih, full length);
 // the error is printed on failure.
 constexpr double kBf16Tolerance = 3e-2;
 
@@ -472,18 +476,14 @@ void TestModel::maskedModelTrainsLikeTorchModel()
 void TestModel::projectedLossMatchesLinearCrossEntropy_data()
 {
     QTest::addColumn<bool>("bf16");
-    QTest::addColumn<int64_t>("groupRows"); // bf16: rows of p − onehot per dW product
-    QTest::newRow("fp32") << false << int64_t { 0 };
-    QTest::newRow("bf16 products, one dW product") << true << int64_t { 0 };
-    QTest::newRow("bf16 products, a dW product per chunk") << true << int64_t { 128 };
-    QTest::newRow("bf16 products, two chunks per dW product") << true << int64_t { 256 };
+    QTest::newRow("fp32") << false;
+    QTest::newRow("bf16 products") << true;
 }
 
 void TestModel::projectedLossMatchesLinearCrossEntropy()
 {
     // 300 rows: two full chunks of 128 and a partial one.
     QFETCH(bool, bf16);
-    QFETCH(int64_t, groupRows);
     torch::manual_seed(11);
     const int64_t N = 300, H = 16, V = 37;
     auto h = torch::randn({ N, H }), w = torch::randn({ V, H }) * 0.3, b = torch::randn({ V });
@@ -493,13 +493,12 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     (ref * 0.5).backward(); // a non-unit incoming gradient, like the trainer's 1/tokens
     auto h2 = h.clone().requires_grad_(), w2 = w.clone().requires_grad_(), b2 = b.clone().requires_grad_();
-    auto mine = projectedCrossEntropy(h2, w2, b2, t, bf16 ? torch::kBFloat16 : torch::kFloat32,
-        groupRows > 0 ? groupRows * V : kProjectedLossGroupElements);
+    auto mine = projectedCrossEntropy(h2, w2, b2, t, bf16 ? torch::kBFloat16 : torch::kFloat32);
     (mine * 0.5).backward();
-    // bf16: the logits rounded to 8 bits move the softmax by ~2^-9 of each row's logit, and the
-    // sums over 300 rows carry it into dW and db (measured: loss 4e-6 relative, dH 4e-3, dW
-    // 2.5e-2–3.4e-2, db 8.5e-3); fp32 agrees to rounding.
-    const double lossTol = bf16 ? 1e-4 : 1e-3, dhTol = bf16 ? 1e-2 : 1e-5, dwTol = bf16 ? 8e-2 : 1e-4;
+    // bf16: the operands rounded to 8 significant bits (2^-9 relative) move the logits by ~1e-2
+    // here, and the softmax and the sums over 300 rows carry that into the gradients (measured:
+    // loss 8e-6 relative, dH 1.8e-3, dW 1.7e-2, db 1.05e-2); fp32 agrees to rounding.
+    const double lossTol = bf16 ? 1e-4 : 1e-3, dhTol = bf16 ? 1e-2 : 1e-5, dwTol = bf16 ? 5e-2 : 1e-4;
     const double lossError = std::abs(mine.item<double>() - ref.item<double>()) / std::abs(ref.item<double>());
     const double dh = (h2.grad() - h1.grad()).abs().max().item<double>();
     const double dw = (w2.grad() - w1.grad()).abs().max().item<double>();
@@ -508,9 +507,80 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
     QVERIFY2(lossError < lossTol, qPrintable(got));
     QVERIFY2(dh < dhTol, qPrintable(got));
     QVERIFY2(dw < dwTol, qPrintable(got));
-    QVERIFY2(db < (bf16 ? 2e-2 : 1e-4), qPrintable(got));
+    QVERIFY2(db < (bf16 ? 3e-2 : 1e-4), qPrintable(got));
     if (bf16) // the products did run on bf16 operands
         QVERIFY2(dh > 1e-6, qPrintable(got));
+}
+
+void TestModel::bf16ProductsSumInFp32_data()
+{
+    QTest::addColumn<bool>("transA");
+    QTest::addColumn<bool>("transB");
+    QTest::addColumn<bool>("views"); // row slices and transposed views instead of whole tensors
+    QTest::addColumn<float>("beta");
+    for (bool views : { false, true })
+        for (float beta : { 0.0f, 1.0f })
+            for (int t = 0; t < 4; ++t)
+                QTest::addRow(
+                    "%s%s%s, beta %g", t & 1 ? "aT" : "a", t & 2 ? " bT" : " b", views ? ", views" : "", double(beta))
+                    << bool(t & 1) << bool(t & 2) << views << beta;
+}
+
+void TestModel::bf16ProductsSumInFp32()
+{
+    // c = beta·c + op(a)·op(b) against the same sums in double from the bf16-rounded operands:
+    // the products and sums are fp32's, so they agree to fp32 rounding over K = 300 terms, far
+    // closer than a result rounded to bf16 (2^-9 relative) would.
+    QFETCH(bool, transA);
+    QFETCH(bool, transB);
+    QFETCH(bool, views);
+    QFETCH(float, beta);
+    torch::manual_seed(17);
+    const int64_t M = 37, K = 300, N = 53;
+    auto make = [&](int64_t rows, int64_t cols, bool trans) { // a (rows, cols) operand
+        auto full = torch::randn({ rows + 3, cols + 5 }); // views: a slice with a wider row
+        auto x
+            = views ? full.narrow(0, 2, rows).narrow(1, 1, cols) : full.narrow(0, 0, rows).narrow(1, 0, cols).clone();
+        if (trans) // stored the other way round: op(x) = xᵀ is a (rows, cols) operand
+            x = views ? torch::randn({ cols + 4, rows }).narrow(0, 1, cols).t().t() : x.t().contiguous();
+        return x.to(torch::kBFloat16);
+    };
+    const auto a = make(transA ? K : M, transA ? M : K, false), b = make(transB ? N : K, transB ? K : N, false);
+    auto cFull = torch::randn({ M, N + 7 });
+    auto c = views ? cFull.narrow(1, 3, N) : cFull.narrow(1, 0, N).clone();
+    const auto c0 = c.to(torch::kFloat64);
+    const auto opA = (transA ? a.t() : a).to(torch::kFloat64), opB = (transB ? b.t() : b).to(torch::kFloat64);
+    const auto ref = c0 * beta + at::mm(opA, opB);
+    gemmBf16(a, transA, b, transB, beta, c);
+    const double scale = ref.abs().max().item<double>();
+    const double error = (c.to(torch::kFloat64) - ref).abs().max().item<double>();
+    QVERIFY2(error < 1e-5 * scale,
+        qPrintable(
+            QString("off by %1 of %2 (MKL bf16 GEMM: %3)").arg(error).arg(scale).arg(mklBf16Gemm() ? "yes" : "no")));
+    if (views) // the columns beside the view are untouched
+        QCOMPARE(cFull.narrow(1, 0, 3).sum().item<float>(), cFull.narrow(1, 0, 3).sum().item<float>());
+}
+
+void TestModel::packedRecurrentProductMatchesMm()
+{
+    // c += a · wᵀ (forward pass) and c += a · w (backward pass) with the weight packed once and
+    // used for several steps, against at::mm in double.
+    torch::manual_seed(19);
+    const int64_t M = 50, K = 200, N = 800;
+    for (bool transposed : { true, false }) {
+        const auto w = transposed ? torch::randn({ N, K }) : torch::randn({ K, N });
+        const RecurrentProduct product(w, transposed, M);
+        for (int step = 0; step < 3; ++step) {
+            const auto a = torch::randn({ M, K });
+            auto c = torch::randn({ M, N });
+            const auto ref
+                = c.to(torch::kFloat64) + at::mm(a.to(torch::kFloat64), (transposed ? w.t() : w).to(torch::kFloat64));
+            product.accumulate(c, a);
+            const double error = (c.to(torch::kFloat64) - ref).abs().max().item<double>();
+            QVERIFY2(error < 1e-4,
+                qPrintable(QString("transposed %1, step %2: off by %3").arg(transposed).arg(step).arg(error)));
+        }
+    }
 }
 
 // fp16 training overflows at too large a loss scale; the CPU stands in with an fp32 model, loss

@@ -9,9 +9,10 @@
 // reverse, leaving the weight gradients to one product each at the end. The maths is
 // torch::nn::LSTM's (gate order i, f, g, o; two biases), checked against it forward and backward.
 //
-// bf16 (CPUs with AVX512-BF16/AMX): the products over all steps at once (the input projection,
-// the weight gradients, the input gradient) take bf16 operands, the rest stays fp32: the state,
-// the per-step recurrent product, the gates and every element loop. Weights stay fp32 (master).
+// bf16 (CPUs with AVX512-BF16/AMX): every product (the input projection of all steps, the
+// recurrent one of each step, the weight and input gradients) takes bf16 operands and sums in
+// fp32 into fp32 results; the state, the gates and every element loop stay fp32, and so do the
+// weights (master copies).
 
 #include <torch/torch.h>
 
@@ -25,7 +26,7 @@ struct MaskedLstmOutput {
 
 // One layer. x (B, T, I) batch-first; h0, c0 (B, H); weights as torch::nn::LSTM names them;
 // lengths (B) int64 on the CPU, or undefined when every sequence fills all T steps. gemmType:
-// kFloat32, or kBFloat16 for the bulk products' operands (above). Runs outside autocast whatever
+// kFloat32, or kBFloat16 for the products' operands (above). Runs outside autocast whatever
 // the caller's: the outputs are fp32 either way.
 MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0,
     const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,

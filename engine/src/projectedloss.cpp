@@ -1,5 +1,7 @@
 #include "projectedloss.h"
 
+#include "cpugemm.h"
+
 #include <algorithm>
 
 namespace chatbench {
@@ -15,7 +17,7 @@ constexpr int64_t kChunkRows = 128;
 class ProjectedCrossEntropyFunction : public torch::autograd::Function<ProjectedCrossEntropyFunction> {
 public:
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-        const torch::Tensor& bias, const torch::Tensor& target, bool bf16, int64_t groupElements)
+        const torch::Tensor& bias, const torch::Tensor& target, bool bf16)
     {
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const int64_t N = hidden.size(0), H = hidden.size(1), V = weight.size(0);
@@ -26,27 +28,20 @@ public:
         auto logits = torch::empty({ rows, V }, hidden.options());
         const auto minusOne = torch::full({ rows, 1 }, -1.0f, hidden.options());
         auto loss = torch::zeros({}, hidden.options().dtype(torch::kFloat64));
-        // bf16: the operands once, and (for dW) the rows' p − onehot of up to a group of chunks,
-        // so dW is one product per group (its K the group's rows) rather than one per chunk.
-        torch::Tensor hb, wb, zb, dhb;
-        int64_t groupRows = 0;
+        torch::Tensor hb, wb, zb; // bf16: the operands once, and each chunk's p − onehot
         if (bf16) {
             hb = hidden.to(torch::kBFloat16);
             wb = weight.to(torch::kBFloat16);
-            groupRows = std::min(N, std::max<int64_t>(1, groupElements / V / kChunkRows) * kChunkRows);
-            zb = torch::empty({ groupRows, V }, hidden.options().dtype(torch::kBFloat16));
-            dhb = torch::empty({ rows, H }, zb.options());
+            zb = torch::empty({ rows, V }, hidden.options().dtype(torch::kBFloat16));
         }
         for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
             const int64_t n = std::min(kChunkRows, N - r0);
             auto h = hidden.narrow(0, r0, n); // (n, H)
             auto t = target.narrow(0, r0, n).unsqueeze(1); // (n, 1)
             auto z = logits.narrow(0, 0, n); // (n, V): logits, then log p, then p − onehot
-            torch::Tensor zbChunk; // bf16: this chunk's rows of zb
             if (bf16) {
-                zbChunk = zb.narrow(0, r0 % groupRows, n);
-                at::mm_out(zbChunk, hb.narrow(0, r0, n), wb.t());
-                at::add_out(z, zbChunk, bias); // bf16 + fp32 → fp32
+                z.copy_(bias.expand({ n, V }));
+                gemmBf16(hb.narrow(0, r0, n), false, wb, true, 1.0f, z);
             } else {
                 at::addmm_out(z, bias, h, weight.t());
             }
@@ -59,18 +54,15 @@ public:
             z.scatter_add_(1, t, minusOne.narrow(0, 0, n)); // dloss/dlogits
             auto dh = dHidden.narrow(0, r0, n);
             dBias.add_(z.sum(0));
-            if (!bf16) {
+            if (bf16) {
+                auto zbChunk = zb.narrow(0, 0, n);
+                zbChunk.copy_(z);
+                gemmBf16(zbChunk, false, wb, false, 0.0f, dh); // (n, H)
+                gemmBf16(zbChunk, true, hb.narrow(0, r0, n), false, 1.0f, dWeight); // (V, H)
+            } else {
                 at::mm_out(dh, z, weight); // (n, H)
                 dWeight.addmm_(z.t(), h); // (V, H)
-                continue;
             }
-            zbChunk.copy_(z);
-            auto dhChunk = dhb.narrow(0, 0, n);
-            at::mm_out(dhChunk, zbChunk, wb);
-            dh.copy_(dhChunk);
-            const int64_t end = r0 + n, g0 = r0 - r0 % groupRows;
-            if (end == N || end - g0 == groupRows) // the group is complete: its share of dW
-                dWeight.add_(at::mm(zb.narrow(0, 0, end - g0).t(), hb.narrow(0, g0, end - g0)));
         }
         ctx->save_for_backward({ dHidden, dWeight, dBias });
         return loss.to(hidden.scalar_type());
@@ -80,19 +72,18 @@ public:
     {
         const auto saved = ctx->get_saved_variables();
         const auto& g = grads[0]; // scalar
-        return { saved[0] * g, saved[1] * g, saved[2] * g, torch::Tensor(), torch::Tensor(), torch::Tensor() };
+        return { saved[0] * g, saved[1] * g, saved[2] * g, torch::Tensor(), torch::Tensor() };
     }
 };
 
 } // namespace
 
 torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
-    const torch::Tensor& target, torch::ScalarType gemmType, int64_t groupElements)
+    const torch::Tensor& target, torch::ScalarType gemmType)
 {
     TORCH_CHECK(
         gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "projectedCrossEntropy: fp32 or bf16 products");
-    return ProjectedCrossEntropyFunction::apply(
-        hidden, weight, bias, target, gemmType == torch::kBFloat16, groupElements);
+    return ProjectedCrossEntropyFunction::apply(hidden, weight, bias, target, gemmType == torch::kBFloat16);
 }
 
 } // namespace chatbench

@@ -13,11 +13,9 @@ namespace chatbench {
 
 // Σ over rows of −log softmax(h·Wᵀ + b)[target]. hidden (N, H), weight (V, H), bias (V),
 // target (N) int64; CPU fp32. gemmType kBFloat16 runs the three products (logits, dH, dW) on bf16
-// operands; the softmax, the loss and every gradient stay fp32. Autocast is ignored either way.
-// bf16 keeps the rows' p − onehot of up to `groupElements` logits for one dW product.
-constexpr int64_t kProjectedLossGroupElements = int64_t { 1 } << 24; // 32 MB of bf16
+// operands with fp32 sums into fp32 results; the softmax, the loss and every gradient stay
+// fp32. Autocast is ignored either way.
 torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
-    const torch::Tensor& target, torch::ScalarType gemmType = torch::kFloat32,
-    int64_t groupElements = kProjectedLossGroupElements);
+    const torch::Tensor& target, torch::ScalarType gemmType = torch::kFloat32);
 
 } // namespace chatbench

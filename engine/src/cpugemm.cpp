@@ -1,0 +1,133 @@
+#include "cpugemm.h"
+
+#include <dlfcn.h>
+
+namespace chatbench {
+
+namespace {
+
+// MKL's packed GEMM (sgemm_pack / sgemm_compute, LP64), which LibTorch's x86 builds export:
+// null where this LibTorch has none (then the products go through at::addmm_).
+struct PackedGemm {
+    using GetSize = size_t (*)(const char*, const int*, const int*, const int*);
+    using Pack = void (*)(
+        const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*, float*);
+    using Compute = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const int*,
+        const float*, const int*, const float*, float*, const int*);
+    GetSize getSize = nullptr;
+    Pack pack = nullptr;
+    Compute compute = nullptr;
+
+    static const PackedGemm& get()
+    {
+        static const PackedGemm api = [] {
+            PackedGemm a;
+            a.getSize = reinterpret_cast<GetSize>(::dlsym(RTLD_DEFAULT, "sgemm_pack_get_size_"));
+            a.pack = reinterpret_cast<Pack>(::dlsym(RTLD_DEFAULT, "sgemm_pack_"));
+            a.compute = reinterpret_cast<Compute>(::dlsym(RTLD_DEFAULT, "sgemm_compute_"));
+            if (!a.getSize || !a.pack || !a.compute)
+                a = PackedGemm {};
+            return a;
+        }();
+        return api;
+    }
+};
+
+// MKL's cblas_gemm_bf16bf16f32 (LP64): null where this LibTorch has none.
+using GemmBf16 = void (*)(int layout, int transA, int transB, int m, int n, int k, float alpha, const uint16_t* a,
+    int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc);
+
+GemmBf16 mklGemmBf16()
+{
+    static const auto fn = reinterpret_cast<GemmBf16>(::dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"));
+    return fn;
+}
+
+// A 2-D operand as MKL wants it: unit stride along one dimension. Returns the tensor to read
+// (contiguous when neither stride is 1), whether it is stored transposed, and its leading dimension.
+struct Operand {
+    torch::Tensor t;
+    bool transposed;
+    int ld;
+};
+
+Operand operand(const torch::Tensor& x, bool trans)
+{
+    if (x.stride(1) == 1 && x.stride(0) >= std::max<int64_t>(1, x.size(1)))
+        return { x, trans, static_cast<int>(x.stride(0)) };
+    if (x.stride(0) == 1 && x.stride(1) >= std::max<int64_t>(1, x.size(0))) // a transposed view
+        return { x.t(), !trans, static_cast<int>(x.stride(1)) };
+    auto c = x.contiguous();
+    return { c, trans, static_cast<int>(std::max<int64_t>(1, c.size(1))) };
+}
+
+} // namespace
+
+RecurrentProduct::RecurrentProduct(const torch::Tensor& w, bool transposed, int64_t M)
+    : m_w(w.contiguous())
+    , m_transposed(transposed)
+    , m_m(static_cast<int>(M))
+    , m_n(static_cast<int>(transposed ? w.size(0) : w.size(1)))
+    , m_k(static_cast<int>(transposed ? w.size(1) : w.size(0)))
+{
+    const PackedGemm& mkl = PackedGemm::get();
+    if (!mkl.pack || M == 0)
+        return;
+    // Column-major, as MKL sees it: cᵀ (N, M) += op(w)ᵀ (N, K) · aᵀ (K, M).
+    const int ld = m_transposed ? m_k : m_n;
+    const float one = 1.0f;
+    const size_t bytes = mkl.getSize("A", &m_n, &m_m, &m_k);
+    m_packed = torch::empty({ static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)) }, m_w.options());
+    mkl.pack(
+        "A", m_transposed ? "T" : "N", &m_n, &m_m, &m_k, &one, m_w.data_ptr<float>(), &ld, m_packed.data_ptr<float>());
+}
+
+void RecurrentProduct::accumulate(torch::Tensor& c, const torch::Tensor& a) const
+{
+    if (!m_packed.defined()) {
+        c.addmm_(a, m_transposed ? m_w.t() : m_w);
+        return;
+    }
+    const float one = 1.0f;
+    PackedGemm::get().compute("P", "N", &m_n, &m_m, &m_k, m_packed.data_ptr<float>(), &m_n, a.data_ptr<float>(), &m_k,
+        &one, c.data_ptr<float>(), &m_n);
+}
+
+bool mklBf16Gemm()
+{
+    return mklGemmBf16() != nullptr;
+}
+
+void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool transB, float beta, torch::Tensor& c)
+{
+    TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16
+            && c.scalar_type() == torch::kFloat32 && a.dim() == 2 && b.dim() == 2 && c.dim() == 2,
+        "gemmBf16: bf16 (2-D) operands into an fp32 result");
+    const int64_t M = c.size(0), N = c.size(1), K = transA ? a.size(0) : a.size(1);
+    TORCH_CHECK((transA ? a.size(1) : a.size(0)) == M && (transB ? b.size(1) : b.size(0)) == K
+            && (transB ? b.size(0) : b.size(1)) == N,
+        "gemmBf16: shapes do not match");
+    const GemmBf16 fn = mklGemmBf16();
+    if (!fn || c.stride(1) != 1 || M == 0 || N == 0) {
+        auto prod = at::mm(transA ? a.t().to(torch::kFloat32) : a.to(torch::kFloat32),
+            transB ? b.t().to(torch::kFloat32) : b.to(torch::kFloat32));
+        if (beta == 0.0f)
+            c.copy_(prod);
+        else
+            c.add_(prod);
+        return;
+    }
+    if (K == 0) {
+        if (beta == 0.0f)
+            c.zero_();
+        return;
+    }
+    const Operand A = operand(a, transA), B = operand(b, transB);
+    constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+    fn(kRowMajor, A.transposed ? kTrans : kNoTrans, B.transposed ? kTrans : kNoTrans, static_cast<int>(M),
+        static_cast<int>(N), static_cast<int>(K), 1.0f, reinterpret_cast<const uint16_t*>(A.t.data_ptr()), A.ld,
+        reinterpret_cast<const uint16_t*>(B.t.data_ptr()), B.ld, beta, c.data_ptr<float>(),
+        static_cast<int>(c.stride(0)));
+}
+
+} // namespace chatbench
