@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "app", "chatbench-cli"))
     ap.add_argument("--python", default=sys.executable, help="python with the torch chatbench links")
     ap.add_argument("--keras", default="", help="python of a virtual environment with TensorFlow (empty: skip)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also chatbench in bf16 (bf16 products, fp32 state; for CPUs with AVX512-BF16/AMX)")
     ap.add_argument("--out", default="peers.json")
     a = ap.parse_args()
 
@@ -101,6 +103,8 @@ def main():
     outdir = os.path.dirname(os.path.abspath(a.out))
     os.makedirs(outdir, exist_ok=True)
     tools = {"chatbench": [], "chatbench --nondeterministic": [], "PyTorch-Python": []}
+    if a.bf16:
+        tools["chatbench --precision bf16"] = []
     if a.keras:
         tools["Keras"] = []
     losses = {k: [] for k in tools}
@@ -108,7 +112,7 @@ def main():
     for r in range(a.rounds):
         for name in tools:
             if name.startswith("chatbench"):
-                extra = ["--nondeterministic"] if "nondet" in name else []
+                extra = name.split()[1:]  # the flags after the tool's name
                 times, loss, last = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
                 if not extra:
                     last_race = last

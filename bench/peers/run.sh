@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs chatbench, the PyTorch-Python peer and (with --keras) the Keras recipe side by side on a
-# corpus and prints the table. Usage: bench/peers/run.sh CORPUS [--keras] [compare.py options...]
+# Runs chatbench, the PyTorch-Python peer, (with --bf16) chatbench in bf16 and (with --keras) the
+# Keras recipe side by side on a corpus and prints the table.
+# Usage: bench/peers/run.sh CORPUS [--keras] [--bf16] [compare.py options...]
 # The peers need PyYAML (added to chatbench's venv); --keras also creates a TensorFlow CPU venv
 # under the cache the first time (about 600 MB). Neither README command runs this.
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/../.."
 CACHE="${CHATBENCH_CACHE:-$HOME/.cache/chatbench}"
 VENV="$CACHE/venv"
 KERAS_VENV="$CACHE/keras-venv"
-[ $# -ge 1 ] || { echo "usage: bench/peers/run.sh CORPUS [--keras] [--epochs N] [--rounds N] [--out FILE]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: bench/peers/run.sh CORPUS [--keras] [--bf16] [--epochs N] [--rounds N] [--out FILE]" >&2; exit 2; }
 CORPUS="$1"; shift
 KERAS=()
 ARGS=()
