@@ -75,7 +75,10 @@ std::string dtypeName(c10::ScalarType type)
 // sequences) and the decoder agree, "encoder X, decoder Y" when they do not.
 std::string lstmDtype(Seq2Seq& model, const Batch& b, const torch::Device& dev, Precision p)
 {
-    if (model->maskedLstm()) // the engine's layer: fp32 state, its bulk products on these operands
+    // The engine's layer (training, validation, the race): fp32 state, and its products on
+    // operands of this type (rounded to bf16 even where MKL's bf16 GEMM is missing and ATen sums
+    // them in fp32). Replies step through nn::LSTM under the row's autocast instead.
+    if (model->maskedLstm())
         return dtypeName(model->gemmType());
     torch::NoGradGuard g;
     const bool wasTraining = model->is_training();

@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <limits>
+
 namespace chatbench {
 
 namespace {
@@ -57,6 +60,8 @@ Operand operand(const torch::Tensor& x, bool trans)
         return { x, trans, static_cast<int>(x.stride(0)) };
     if (x.stride(0) == 1 && x.stride(1) >= std::max<int64_t>(1, x.size(0))) // a transposed view
         return { x.t(), !trans, static_cast<int>(x.stride(1)) };
+    if (x.size(0) == 1 && x.stride(1) == 1) // one row: any stride(0) will do
+        return { x, trans, static_cast<int>(std::max<int64_t>(1, x.size(1))) };
     auto c = x.contiguous();
     return { c, trans, static_cast<int>(std::max<int64_t>(1, c.size(1))) };
 }
@@ -71,12 +76,15 @@ RecurrentProduct::RecurrentProduct(const torch::Tensor& w, bool transposed, int6
     , m_k(static_cast<int>(transposed ? w.size(1) : w.size(0)))
 {
     const PackedGemm& mkl = PackedGemm::get();
-    if (!mkl.pack || M == 0)
+    constexpr int64_t kMax = std::numeric_limits<int>::max(); // MKL's LP64 interface
+    if (!mkl.pack || M == 0 || m_w.numel() == 0 || M > kMax || m_w.numel() > kMax)
         return;
     // Column-major, as MKL sees it: cᵀ (N, M) += op(w)ᵀ (N, K) · aᵀ (K, M).
     const int ld = m_transposed ? m_k : m_n;
     const float one = 1.0f;
     const size_t bytes = mkl.getSize("A", &m_n, &m_m, &m_k);
+    if (bytes == 0)
+        return;
     m_packed = torch::empty({ static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)) }, m_w.options());
     mkl.pack(
         "A", m_transposed ? "T" : "N", &m_n, &m_m, &m_k, &one, m_w.data_ptr<float>(), &ld, m_packed.data_ptr<float>());
@@ -88,6 +96,10 @@ void RecurrentProduct::accumulate(torch::Tensor& c, const torch::Tensor& a) cons
         c.addmm_(a, m_transposed ? m_w.t() : m_w);
         return;
     }
+    TORCH_CHECK(a.is_contiguous() && c.is_contiguous() && a.scalar_type() == torch::kFloat32
+            && c.scalar_type() == torch::kFloat32 && a.size(0) == m_m && a.size(1) == m_k && c.size(0) == m_m
+            && c.size(1) == m_n,
+        "RecurrentProduct: contiguous fp32 (M, K) rows into (M, N) as packed");
     const float one = 1.0f;
     PackedGemm::get().compute("P", "N", &m_n, &m_m, &m_k, m_packed.data_ptr<float>(), &m_n, a.data_ptr<float>(), &m_k,
         &one, c.data_ptr<float>(), &m_n);
@@ -107,8 +119,12 @@ void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool 
     TORCH_CHECK((transA ? a.size(1) : a.size(0)) == M && (transB ? b.size(1) : b.size(0)) == K
             && (transB ? b.size(0) : b.size(1)) == N,
         "gemmBf16: shapes do not match");
+    constexpr int64_t kMax = std::numeric_limits<int>::max(); // MKL's LP64 interface
+    // c's rows as MKL wants them: unit stride along a row and a leading dimension ≥ N (a single
+    // row may carry any stride(0)).
+    const bool rowsOk = c.stride(1) == 1 && (M == 1 || c.stride(0) >= N);
     const GemmBf16 fn = mklGemmBf16();
-    if (!fn || c.stride(1) != 1 || M == 0 || N == 0) {
+    if (!fn || !rowsOk || M == 0 || N == 0 || std::max({ M, N, K, c.stride(0), a.numel(), b.numel() }) > kMax) {
         auto prod = at::mm(transA ? a.t().to(torch::kFloat32) : a.to(torch::kFloat32),
             transB ? b.t().to(torch::kFloat32) : b.to(torch::kFloat32));
         if (beta == 0.0f)
@@ -127,7 +143,7 @@ void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool 
     fn(kRowMajor, A.transposed ? kTrans : kNoTrans, B.transposed ? kTrans : kNoTrans, static_cast<int>(M),
         static_cast<int>(N), static_cast<int>(K), 1.0f, reinterpret_cast<const uint16_t*>(A.t.data_ptr()), A.ld,
         reinterpret_cast<const uint16_t*>(B.t.data_ptr()), B.ld, beta, c.data_ptr<float>(),
-        static_cast<int>(c.stride(0)));
+        static_cast<int>(M == 1 ? std::max<int64_t>(c.stride(0), N) : c.stride(0)));
 }
 
 } // namespace chatbench

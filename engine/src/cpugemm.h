@@ -15,6 +15,8 @@ class RecurrentProduct {
 public:
     RecurrentProduct(const torch::Tensor& w, bool transposed, int64_t M);
     void accumulate(torch::Tensor& c, const torch::Tensor& a) const;
+    // Whether the weight went to MKL packed (false: at::addmm_).
+    bool packed() const { return m_packed.defined(); }
 
 private:
     torch::Tensor m_w;

@@ -166,7 +166,10 @@ MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0
         auto steps = torch::arange(x.size(1), lengths.options()).unsqueeze(1); // (T, 1)
         mask = (steps < lengths.unsqueeze(0)).contiguous(); // (T, B)
     }
-    auto out = MaskedLstmFunction::apply(x, h0, c0, wIh, wHh, bIh, bHh, mask, gemmType == torch::kBFloat16);
+    // fp32 in (its buffers and element loops are fp32), whatever a caller's autocast made of x.
+    const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+    auto out
+        = MaskedLstmFunction::apply(f32(x), f32(h0), f32(c0), wIh, wHh, bIh, bHh, mask, gemmType == torch::kBFloat16);
     return { out[0], out[1], out[2] };
 }
 

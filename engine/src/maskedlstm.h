@@ -9,10 +9,9 @@
 // reverse, leaving the weight gradients to one product each at the end. The maths is
 // torch::nn::LSTM's (gate order i, f, g, o; two biases), checked against it forward and backward.
 //
-// bf16 (CPUs with AVX512-BF16/AMX): every product (the input projection of all steps, the
-// recurrent one of each step, the weight and input gradients) takes bf16 operands and sums in
-// fp32 into fp32 results; the state, the gates and every element loop stay fp32, and so do the
-// weights (master copies).
+// bf16 (in hardware on CPUs with AVX512-BF16 or AMX, emulated elsewhere): every product (the input projection of all
+// steps, the recurrent one of each step, the weight and input gradients) takes bf16 operands and sums in fp32 into fp32
+// results; the state, the gates and every element loop stay fp32, and so do the weights (master copies).
 
 #include <torch/torch.h>
 

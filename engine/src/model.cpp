@@ -85,7 +85,8 @@ DecoderOutput Seq2SeqImpl::decode(
     // such a (B, T, H) view under bf16 autocast becomes a batched product over a copy of the
     // weight per row (45 MB a step at B = 50); the rows make it one product.
     const auto& top = dec.top;
-    dec.logits = output(top.reshape({ -1, top.size(-1) })).view({ top.size(0), top.size(1), -1 }); // (B, T, V)
+    dec.logits = output(top.reshape({ -1, top.size(-1) }))
+                     .view({ top.size(0), top.size(1), output->weight.size(0) }); // (B, T, V)
     return dec;
 }
 

@@ -83,6 +83,9 @@ torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Te
 {
     TORCH_CHECK(
         gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "projectedCrossEntropy: fp32 or bf16 products");
+    TORCH_CHECK(hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32
+            && bias.scalar_type() == torch::kFloat32,
+        "projectedCrossEntropy: fp32 hidden rows and weights");
     return ProjectedCrossEntropyFunction::apply(hidden, weight, bias, target, gemmType == torch::kBFloat16);
 }
 

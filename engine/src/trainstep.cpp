@@ -60,9 +60,9 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1); // (N) real positions
         auto hidden = top.reshape({ -1, top.size(-1) }).index_select(0, rows); // (N, H)
         auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
-        if (training && !correct && s.model->maskedLstm())
-            return projectedCrossEntropy(
-                hidden, s.model->output->weight, s.model->output->bias, target, s.model->gemmType());
+        if (training && !correct && s.model->maskedLstm()) // fp32 rows (bf16 autocast makes attention's bf16)
+            return projectedCrossEntropy(hidden.to(torch::kFloat32), s.model->output->weight, s.model->output->bias,
+                target, s.model->gemmType());
         auto logits = s.model->output(hidden).to(torch::kFloat32); // (N, V)
         if (correct)
             *correct = (logits.argmax(-1) == target).sum().item<int64_t>();
