@@ -50,10 +50,29 @@ def chatbench_run(cli, corpus, epochs, threads, scratch, extra):
     return [float(r["seconds"]) for r in rows], float(rows[-1]["train_loss"]), (race, vocab, pairs)
 
 
-def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
-    """chatbench's side as a `chatbench-bench` report with the peers' definition of an epoch."""
+def time_stats(samples):
+    """A report row's `time`: median, p10, p90, extremes and the samples."""
     s = sorted(samples)
     q = lambda f: s[min(len(s) - 1, int(round(f * (len(s) - 1))))]
+    return {"median_s": statistics.median(s), "p10_s": q(0.1), "p90_s": q(0.9), "min_s": s[0], "max_s": s[-1],
+            "samples_s": s}
+
+
+def with_all_rounds(path, samples, rounds):
+    """A peer writes its report for one run; its epoch row gets every round's epochs, as
+    chatbench's does (the race stays the last run's curve)."""
+    with open(path) as f:
+        report = json.load(f)
+    for row in report["rows"]:
+        if row["unit"] == "epoch":
+            row["time"] = time_stats(samples)
+    report.setdefault("notes", []).append(f"epoch time over {rounds} interleaved rounds (bench/peers/compare.py)")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+
+
+def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
+    """chatbench's side as a `chatbench-bench` report with the peers' definition of an epoch."""
     report = {
         "format": "chatbench-bench", "schema_version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "label": "chatbench",
@@ -64,8 +83,7 @@ def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
         "corpus": {"name": os.path.basename(os.path.normpath(corpus)), "pairs": pairs},
         "gemm": [],
         "rows": [{"device": "cpu", "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
-                  "time": {"median_s": statistics.median(s), "p10_s": q(0.1), "p90_s": q(0.9), "min_s": s[0],
-                           "max_s": s[-1], "samples_s": s},
+                  "time": time_stats(samples),
                   "tokens_per_second": 0, "gflops": 0, "gemm_fraction": 0, "peak_memory_bytes": 0,
                   "energy_joules": None, "energy_source": "not available"}],
         "races": [{"device": "cpu", "precision": "fp32", "threads": threads, "points": race}],
@@ -130,6 +148,9 @@ def main():
 
     chatbench_report(os.path.join(outdir, "peer-chatbench.json"), tools["chatbench"], *last_race, a.corpus,
                      a.threads)
+    for name, file in (("PyTorch-Python", "peer-pytorch.json"), ("Keras", "peer-keras.json")):
+        if name in tools:
+            with_all_rounds(os.path.join(outdir, file), tools[name], a.rounds)
     base = statistics.median(tools["chatbench"])
     summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
                "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
