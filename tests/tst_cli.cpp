@@ -8,6 +8,7 @@
 #include <QJsonObject>
 #include <QProcess>
 
+#include <csignal>
 #include <sys/stat.h>
 
 namespace {
@@ -56,6 +57,9 @@ private Q_SLOTS:
     void interactiveChat();
     void badArguments();
     void stopAndResume();
+    void signalWhileWaitingEndsAtOnce();
+    void chatLineEndingsAndControlBytes();
+    void explainRefusesAChangedCorpus();
     void corruptRunFilesAndTwoWriters();
     void doctor();
     void bench();
@@ -292,6 +296,15 @@ void TestCli::badArguments()
     const Run pipe = cli({ "corpus", "validate", fifo }, {}, 30000);
     QCOMPARE(pipe.code, 1);
     QVERIFY(pipe.err.contains("not a regular file"));
+    // A misspelt command is named; a seed past 2^64 - 1 is refused, not clamped; an empty run
+    // path is a clear error.
+    const Run typo = cli({ "trian" });
+    QCOMPARE(typo.code, 109);
+    QVERIFY2(typo.err.contains("unknown command 'trian'") && typo.err.contains("train"), qPrintable(typo.err));
+    QVERIFY(cli({ "chat", "--run", m_run, "--once", "hi", "--seed", "18446744073709551616" }).code != 0);
+    const Run emptyRun = cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", "" });
+    QCOMPARE(emptyRun.code, 1);
+    QVERIFY2(emptyRun.err.contains("no run folder given"), qPrintable(emptyRun.err));
     // No GPU here: asking for one falls back with a note, never a crash.
     const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);
@@ -313,9 +326,80 @@ void TestCli::stopAndResume()
     QVERIFY(p.waitForFinished(30000));
     QCOMPARE(p.exitCode(), 130);
     QVERIFY(QFile::exists(run + "/state.json"));
+    // What config.json fixes cannot be changed on resume: refused, not silently ignored.
+    const Run changed = cli({ "train", "--resume", "--run", run, "--hidden", "64", "--batch-size", "1" });
+    QCOMPARE(changed.code, 1);
+    QVERIFY2(changed.err.contains("--batch-size, --hidden cannot change"), qPrintable(changed.err));
+    // A closed terminal (SIGHUP) stops with a checkpoint too, as Ctrl-C does.
+    const auto stepOf = [&] {
+        QFile f(run + "/state.json");
+        return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object()["step"].toInt() : -1;
+    };
+    const int stoppedAt = stepOf();
+    QProcess h;
+    h.start(CHATBENCH_CLI, { "train", "--resume", "--run", run, "--epochs", "500" });
+    QVERIFY(h.waitForStarted());
+    QByteArray hout;
+    QTRY_VERIFY_WITH_TIMEOUT((hout += h.readAllStandardOutput()).contains("epoch "), 120000);
+    QCOMPARE(::kill(static_cast<pid_t>(h.processId()), SIGHUP), 0);
+    QVERIFY(h.waitForFinished(30000));
+    QCOMPARE(h.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(h.exitCode(), 130);
+    QVERIFY(stepOf() > stoppedAt);
     const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "40" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("finished after 40 epoch(s)"));
+}
+
+void TestCli::signalWhileWaitingEndsAtOnce()
+{
+    // Outside training nothing checks the stop flag: a chat waiting for its next line, or a
+    // corpus being read, used to ignore the first SIGTERM. It now ends the process.
+    QProcess p;
+    p.start(CHATBENCH_CLI, { "chat", "--run", m_run });
+    QVERIFY(p.waitForStarted());
+    QTest::qWait(1500);
+    p.terminate();
+    QVERIFY2(p.waitForFinished(10000), "SIGTERM ignored");
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 128 + SIGTERM);
+}
+
+void TestCli::chatLineEndingsAndControlBytes()
+{
+    // A line from a CRLF file is the same question; bytes a terminal would act on are shown
+    // escaped, not written to it.
+    const Run r = cli({ "chat", "--run", m_run }, QByteArray("how old are you\r\nred \x1B[31m alert\n"));
+    QCOMPARE(r.code, 0);
+    const QStringList lines = r.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines[0], QString("a few epochs old"));
+    QVERIFY2(!r.out.contains(QChar(0x1B)) && r.out.contains("\\x1B"), qPrintable(r.out));
+    QVERIFY(!r.out.contains('\r'));
+}
+
+void TestCli::explainRefusesAChangedCorpus()
+{
+    // The nearest training prompts come from the corpus file: once it changes, they are not what
+    // the model learnt from, and chat says so instead of showing them.
+    const QString corpus = QString::fromStdString(testutil::writeFile(m_dir, "changing/chat.tsv",
+        "good morning\tmorning to you\ndo you sleep\tonly when the loss is flat\nsee you\tbye\n"));
+    const QString run = m_dir.filePath("changing-run");
+    QVERIFY(
+        cli({ "train", "--preset", "quick", "--corpus", corpus, "--run", run, "--epochs", "1", "--val-fraction", "0" })
+            .code
+        == 0);
+    const Run same = cli({ "chat", "--run", run, "--once", "good morning", "--explain" });
+    QVERIFY2(same.err.contains("indexed 3 training prompts"), qPrintable(same.err));
+    testutil::writeFile(m_dir, "changing/chat.tsv", "totally\tdifferent\nnew\tcontent\n");
+    const Run changed = cli({ "chat", "--run", run, "--once", "good morning", "--explain" });
+    QCOMPARE(changed.code, 0);
+    QVERIFY2(changed.err.contains("has changed since the model trained on it"), qPrintable(changed.err));
+    QVERIFY(!changed.out.contains("totally"));
+    // The path is kept absolute: resume finds the corpus from any folder.
+    QFile cfg(run + "/config.json");
+    QVERIFY(cfg.open(QIODevice::ReadOnly));
+    QCOMPARE(QJsonDocument::fromJson(cfg.readAll()).object()["corpus"].toObject()["path"].toString(),
+        QFileInfo(corpus).absoluteFilePath());
 }
 
 void TestCli::corruptRunFilesAndTwoWriters()

@@ -24,6 +24,12 @@ private Q_SLOTS:
     void pairings();
     void specialFilesAreRefused();
     void aliasBombIsCapped();
+    void aliasesOfManySmallTurnsAreCapped();
+    void oversizedFileIsRefusedUnread();
+    void tsvCommentWithATabIsNoted();
+    void folderReadsEachFileOnce();
+    void formatGuessIsNamedWhenWrong();
+    void cornellDuplicateLineId();
     void cornellFolder();
     void cornellMissingLine();
     void latin1Option();
@@ -123,6 +129,30 @@ void TestCorpus::badInputs_data()
     QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L
                                  << "limit" << 0;
     QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs" << 0;
+    // The UTF-8 error names the byte and line of the file as it is (CRLF and a BOM uncollapsed).
+    QTest::newRow("invalid-utf8-crlf") << "w.tsv" << QByteArray("a\tb\r\nc\td\r\n\r\ne\xFF\tf\r\n") << 4L
+                                       << "byte 13 of the file" << 0;
+    // What a one-document YAML reader used to drop without a word.
+    QTest::newRow("yaml-second-document")
+        << "m.yml" << QByteArray("conversations:\n- - hello\n  - hi\n---\nconversations:\n- - foo\n  - bar\n") << 5L
+        << "second YAML document" << 0;
+    QTest::newRow("yaml-duplicate-key") << "d.yml"
+                                        << QByteArray(
+                                               "conversations:\n- - hello\n  - hi\nconversations:\n- - foo\n  - bar\n")
+                                        << 4L << "second 'conversations:' key (the first is on line 1)" << 0;
+    QTest::newRow("yaml-bom-inside") << "b.yml"
+                                     << QByteArray("conversations:\n- - hello\n  - hi\n\xEF\xBB\xBF- - foo\n  - bar\n")
+                                     << 4L << "byte-order mark" << 0;
+    QTest::newRow("yaml-nul") << "z.yml" << QByteArray("conversations:\n- - hel\0lo\n  - hi\n", 31) << 2L << "NUL byte"
+                              << 0;
+    QByteArray deep = "conversations:\n";
+    for (int i = 0; i < 600; ++i)
+        deep += QByteArray(i, ' ') + "-\n";
+    QTest::newRow("yaml-too-deep") << "deep.yml" << deep << 500L << "nested more than 500 levels deep" << 0;
+    QTest::newRow("jsonl-array") << "a.jsonl" << QByteArray("[\"hello\", \"hi\"]\n") << 1L << "not a JSON array" << 0;
+    QTest::newRow("jsonl-spread-document")
+        << "s.json" << QByteArray("{\n  \"prompt\": \"a\",\n  \"response\": \"b\"\n}\n") << 1L << "spread over lines"
+        << 0;
 }
 
 void TestCorpus::badInputs()
@@ -267,10 +297,108 @@ void TestCorpus::aliasBombIsCapped()
     } catch (const Error& e) {
         QCOMPARE(e.file(), path);
         QVERIFY(e.line() > 1);
-        QVERIFY2(QString(e.what()).contains("more than 64 MiB of text"), e.what());
+        QVERIFY2(QString(e.what()).contains("takes more than 64 MiB"), e.what());
     }
     opt.maxTextBytes = int64_t(256) << 20; // raised: it loads
     QCOMPARE(loadCorpus(path, opt).pairs.size(), size_t(1501));
+}
+
+void TestCorpus::aliasesOfManySmallTurnsAreCapped()
+{
+    // Each turn and pair costs memory and time beyond its text: a 200 KB file aliasing a list
+    // of 20 000 one-letter turns 20 000 times took gigabytes, and one of empty turns minutes
+    // (the text counted nothing). Both now stop at the cap, at once.
+    QTemporaryDir dir;
+    QByteArray tiny = "t: &t\n";
+    QByteArray empty = "t: &t\n";
+    for (int i = 0; i < 20000; ++i) {
+        tiny += "  - a\n";
+        empty += "  - ~\n";
+    }
+    tiny += "conversations:\n";
+    empty += "conversations:\n";
+    for (int i = 0; i < 20000; ++i) {
+        tiny += "  - *t\n";
+        empty += "  - *t\n";
+    }
+    LoadOptions opt;
+    opt.maxTextBytes = int64_t(20) << 20;
+    for (const auto& [name, bytes] : { std::pair { "tiny.yml", tiny }, std::pair { "empty.yml", empty } }) {
+        const std::string path = testutil::writeFile(dir, name, bytes);
+        try {
+            loadCorpus(path, opt);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QCOMPARE(e.file(), path);
+            QVERIFY2(QString(e.what()).contains("takes more than 20 MiB"), e.what());
+        }
+    }
+}
+
+void TestCorpus::oversizedFileIsRefusedUnread()
+{
+    // A 3 GiB file (sparse: no disk used) over a 1 MiB cap is refused by its size, not read.
+    QTemporaryDir dir;
+    QFile f(dir.filePath("huge.tsv"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    QVERIFY(f.resize(qint64(3) << 30));
+    f.close();
+    LoadOptions opt;
+    opt.maxTextBytes = int64_t(1) << 20;
+    try {
+        loadCorpus(f.fileName().toStdString(), opt);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("the file is 3072 MiB, more than the limit of 1 MiB"), e.what());
+    }
+}
+
+void TestCorpus::tsvCommentWithATabIsNoted()
+{
+    // '#' starts a comment; one that looks like a record is not dropped silently.
+    QTemporaryDir dir;
+    const std::string path = testutil::writeFile(dir, "h.tsv", "#hashtag\treply\n# plain comment\nhello\thi\n");
+    const Corpus c = loadCorpus(path);
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.warnings.size(), size_t(1));
+    QCOMPARE(c.warnings[0].kind, CorpusWarning::Kind::Note);
+    QCOMPARE(c.warnings[0].line, 1L);
+    QVERIFY(QString::fromStdString(c.warnings[0].message).contains("comment"));
+}
+
+void TestCorpus::folderReadsEachFileOnce()
+{
+    // A link beside its target is read once; a broken link is named, not silently passed over.
+    QTemporaryDir dir;
+    const std::string a = testutil::writeFile(dir, "c/a.yml", "conversations:\n- - one\n  - 1\n");
+    QVERIFY(QFile::link(QString::fromStdString(a), dir.filePath("c/b.yml")));
+    QVERIFY(QFile::link(dir.filePath("c/gone.yml"), dir.filePath("c/c.yml")));
+    const Corpus c = loadCorpus(dir.filePath("c").toStdString());
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.files.size(), size_t(1));
+    QStringList notes;
+    for (const auto& w : c.warnings)
+        notes << QString::fromStdString(toString(w));
+    QVERIFY2(notes.join('\n').contains("b.yml: the same file as " + QString::fromStdString(a)),
+        qPrintable(notes.join('\n')));
+    QVERIFY2(notes.join('\n').contains("c.yml: broken link skipped"), qPrintable(notes.join('\n')));
+}
+
+void TestCorpus::formatGuessIsNamedWhenWrong()
+{
+    // A dialog file whose first line starts with '{' is guessed to be JSON Lines: the error says
+    // it was a guess.
+    QTemporaryDir dir;
+    const std::string path = testutil::writeFile(dir, "talk.txt", "{braces} are fun\nthey are\n");
+    try {
+        loadCorpus(path);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("read as jsonl, guessed from the content"), e.what());
+    }
+    LoadOptions dialog;
+    dialog.format = CorpusFormat::DialogText;
+    QCOMPARE(loadCorpus(path, dialog).pairs.size(), size_t(1));
 }
 
 void TestCorpus::pairings()
@@ -332,6 +460,24 @@ void TestCorpus::cornellMissingLine()
         QCOMPARE(e.line(), 2L);
         QVERIFY(QString(e.what()).contains("L9"));
     }
+}
+
+void TestCorpus::cornellDuplicateLineId()
+{
+    // The second line with an id already seen is a bad record, not a silent overwrite.
+    QTemporaryDir dir;
+    const std::string lines = testutil::writeFile(dir, "cornell/movie_lines.txt",
+        "L1 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ Hi\n"
+        "L2 +++$+++ u2 +++$+++ m0 +++$+++ B +++$+++ Hello\n"
+        "L1 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ Overwritten?\n");
+    testutil::writeFile(dir, "cornell/movie_conversations.txt", "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L2']\n");
+    const Corpus c = loadCorpus(dir.filePath("cornell").toStdString());
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.pairs[0].prompt, std::string("Hi"));
+    QCOMPARE(c.skippedRecords(), int64_t(1));
+    QCOMPARE(c.warnings[0].file, lines);
+    QCOMPARE(c.warnings[0].line, 3L);
+    QVERIFY(QString::fromStdString(c.warnings[0].message).contains("appears twice (first on line 1)"));
 }
 
 void TestCorpus::latin1Option()

@@ -30,7 +30,9 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     const QString run = dir.filePath("run");
     const QString corpus = CHATBENCH_DATASETS_DIR "/chatbench";
     QProcess first;
-    first.start(CHATBENCH_CLI, { "train", "--preset", "quick", "--corpus", corpus, "--run", run, "--epochs", "1" });
+    // A checkpoint after every step (config.json keeps it for every resume below).
+    first.start(CHATBENCH_CLI,
+        { "train", "--preset", "quick", "--corpus", corpus, "--run", run, "--epochs", "1", "--checkpoint-every", "1" });
     QVERIFY(first.waitForFinished(300000));
     QCOMPARE(first.exitCode(), 0);
     int64_t lastStep = Chatbot::load(run.toStdString()).step();
@@ -44,8 +46,7 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     const int rounds = 100;
     for (int i = 0; i < rounds; ++i) {
         QProcess p;
-        p.start(CHATBENCH_CLI,
-            { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1", "--quiet" });
+        p.start(CHATBENCH_CLI, { "train", "--resume", "--run", run, "--epochs", "100000", "--quiet" });
         QVERIFY(p.waitForStarted());
         // Once it holds the run's lock (start-up takes from half a second to several on a busy
         // machine) the process does little but save checkpoints: kill it a random moment later.
@@ -69,8 +70,7 @@ void TestCrash::killDuringSavesLeavesALoadableRun()
     QVERIFY(killedInSave > 0); // the kills did land inside saves
     // The next writer cleans up after the dead ones.
     QProcess last;
-    last.start(CHATBENCH_CLI,
-        { "train", "--resume", "--run", run, "--epochs", "100000", "--checkpoint-every", "1", "--quiet" });
+    last.start(CHATBENCH_CLI, { "train", "--resume", "--run", run, "--epochs", "100000", "--quiet" });
     QVERIFY(last.waitForStarted());
     QTRY_VERIFY_WITH_TIMEOUT(lockedBy(last.processId()), 120000);
     QTRY_VERIFY_WITH_TIMEOUT(Chatbot::load(run.toStdString()).step() > lastStep, 120000); // it trains

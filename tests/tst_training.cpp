@@ -100,6 +100,7 @@ private Q_SLOTS:
     void userErrors();
     void oneWriterPerRun();
     void halfCreatedRunStartsAfresh();
+    void foreignFolderIsNeverOverwritten();
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
     void corruptCheckpointFallsBack();
@@ -809,6 +810,74 @@ void TestTraining::userErrors()
     QFile::remove(copy + "/ckpt-00000240.pt");
     QFile::copy(QString::fromStdString(m_run) + "/ckpt-00000240.pt", copy + "/ckpt-00000240.pt");
     QVERIFY_THROWS_EXCEPTION(Error, Chatbot::load(copy.toStdString()));
+
+    // config.json edited into a model with fewer tensors than the checkpoint holds (one shared
+    // embedding): refused, where loading used to drop the decoder's embedding without a word.
+    // A later file version and a tokenizer mode vocab.json does not have are refused too.
+    const QByteArray original = [&] {
+        QFile f(QString::fromStdString(m_run) + "/config.json");
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    }();
+    auto expectLoadError = [&](const QByteArray& config, const QString& file, const QString& fragment) {
+        testutil::writeFile(dir, "run/config.json", config);
+        try {
+            Chatbot::load(copy.toStdString());
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QVERIFY2(QString::fromStdString(e.file()).endsWith(file), e.what());
+            QVERIFY2(QString(e.what()).contains(fragment), e.what());
+        }
+    };
+    QVERIFY(original.contains("\"shared_embedding\": false"));
+    expectLoadError(QByteArray(original).replace("\"shared_embedding\": false", "\"shared_embedding\": true"),
+        "ckpt-00000240.pt", "which this model has not");
+    expectLoadError(QByteArray(original).replace("\"version\": 1", "\"version\": 2"), "config.json", "reads version 1");
+    const QString mode = QString::fromStdString(tokenizerModeName(smallConfig().tokenizer.mode));
+    const QString otherMode = mode == "keras" ? "punct" : "keras";
+    expectLoadError(
+        QByteArray(original).replace("\"mode\": \"" + mode.toUtf8() + "\"", "\"mode\": \"" + otherMode.toUtf8() + "\""),
+        "vocab.json", "config.json says '" + otherMode + "'");
+    testutil::writeFile(dir, "run/config.json", original);
+    QVERIFY(Chatbot::load(copy.toStdString()).step() == 240);
+}
+
+void TestTraining::foreignFolderIsNeverOverwritten()
+{
+    // A folder holding something that is not a run is refused before anything is written into
+    // it (not even the lock file); an empty folder is fine.
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "mine/config.json", "USER DATA");
+    testutil::writeFile(dir, "notes/notes.txt", "USER DATA");
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    for (const char* name : { "mine", "notes" }) {
+        const QString folder = dir.filePath(name);
+        const QStringList before = QDir(folder).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot);
+        try {
+            train(cfg, smallCorpus(), folder.toStdString());
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QCOMPARE(QString::fromStdString(e.file()), folder);
+            QVERIFY2(QString(e.what()).contains("not empty and holds no run"), e.what());
+        }
+        QCOMPARE(QDir(folder).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot), before);
+        QFile f(QDir(folder).filePath(before.front()));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), QByteArray("USER DATA"));
+    }
+    QVERIFY(QDir().mkpath(dir.filePath("empty")));
+    QCOMPARE(train(cfg, smallCorpus(), dir.filePath("empty").toStdString()).status, TrainStatus::Finished);
+    QVERIFY_THROWS_EXCEPTION(Error, train(cfg, smallCorpus(), ""));
+    // config.json is UTF-8: a corpus path that is not (file names are bytes) is refused before
+    // the folder is made, not written as an exception from the JSON library.
+    cfg.corpus = "caf\xE9.yml";
+    try {
+        train(cfg, smallCorpus(), dir.filePath("latin1").toStdString());
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("caf\\xE9.yml' is not valid UTF-8"), e.what());
+    }
+    QVERIFY(!QDir(dir.filePath("latin1")).exists());
 }
 
 void TestTraining::unknownAndEmptyInput()

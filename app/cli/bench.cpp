@@ -8,6 +8,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -99,14 +102,20 @@ int run(BenchArgs a)
         if (tty)
             std::cerr << "\r\033[K[" << done << "/" << total << "] " << what << std::flush;
     };
-    const BenchReport r = runBench(a.cfg, corpus, cb);
+    const BenchReport r = [&] {
+        const CancelWatch watch;
+        return runBench(a.cfg, corpus, cb);
+    }();
     if (tty)
         std::cerr << "\r\033[K";
     if (!a.out.empty()) {
         std::ofstream f(a.out);
         f << toJson(r);
+        f.close();
         if (!f)
-            throw Error(a.out, 0, "cannot write the report");
+            throw Error(a.out, 0,
+                std::string("cannot write the report: ") + std::strerror(errno)
+                    + (std::filesystem::is_directory(a.out) ? " (it is a folder; give a file name)" : ""));
     }
     if (a.json) {
         std::cout << toJson(r);

@@ -151,11 +151,11 @@ void printReply(const Reply& r, const ChatArgs& a)
         std::cout << toJson(r) << std::endl;
         return;
     }
-    std::cout << r.text << std::endl;
+    std::cout << chatbench::printable(r.text) << std::endl;
     if (!r.trace.unknownWords.empty()) {
         std::cout << "  (unknown words: ";
         for (size_t i = 0; i < r.trace.unknownWords.size(); ++i)
-            std::cout << (i ? ", " : "") << r.trace.unknownWords[i];
+            std::cout << (i ? ", " : "") << chatbench::printable(r.trace.unknownWords[i]);
         std::cout << ")" << std::endl;
     }
     if (a.checks)
@@ -174,7 +174,9 @@ int run(const ChatArgs& a)
     std::optional<PromptIndex> index;
     if (a.explaining() && ex.neighbours > 0) {
         try {
-            index = PromptIndex::build(bot, trainingPairs(bot), &cancelFlag());
+            const auto pairs = trainingPairs(bot);
+            const CancelWatch watch;
+            index = PromptIndex::build(bot, pairs, &cancelFlag());
             std::cerr << "indexed " << index->size() << " training prompts in " << fixed(index->buildMilliseconds(), 0)
                       << " ms" << std::endl;
         } catch (const Error& e) {
@@ -209,7 +211,11 @@ int run(const ChatArgs& a)
     while (true) {
         if (tty)
             std::cout << "you> " << std::flush;
-        if (!std::getline(std::cin, line) || (tty && line.empty()))
+        if (!std::getline(std::cin, line))
+            break;
+        if (!line.empty() && line.back() == '\r') // a line from a CRLF file or terminal
+            line.pop_back();
+        if (tty && line.empty())
             break;
         if (line.empty())
             continue;
@@ -244,7 +250,7 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--temperature", a->temperature, "Sampling temperature")->check(finiteIn(0.01, 100.0));
     cmd->add_option("--top-k", a->topK, "Sample among the k most likely tokens (0 = all)")
         ->check(CLI::Range(0, 1000000));
-    cmd->add_option("--seed", a->seed, "Sampling seed")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seed", a->seed, "Sampling seed")->check(unsignedNumber());
     cmd->add_option("--max-length", a->maxLength, "Reply words at most (0 = model limit)")->check(CLI::Range(0, 4096));
     cmd->add_option("--handoff", a->handoff, "correct, zero-init (the bug), reset-each-step")
         ->check(oneOf(handoffModeNames()));

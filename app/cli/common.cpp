@@ -2,6 +2,9 @@
 
 #include "chatbench/error.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -13,13 +16,31 @@ namespace cli {
 
 namespace {
 
-void onSignal(int)
+std::atomic<int>& watchers()
 {
-    if (cancelFlag().exchange(true))
-        std::_Exit(130); // a second Ctrl-C leaves at once
+    static std::atomic<int> n { 0 };
+    return n;
+}
+
+void onSignal(int sig)
+{
+    // With nothing watching the flag (reading a corpus, waiting for a chat line) the signal ends
+    // the process at once; a second one always does.
+    if (watchers().load() == 0 || cancelFlag().exchange(true))
+        std::_Exit(128 + sig);
 }
 
 } // namespace
+
+CancelWatch::CancelWatch()
+{
+    ++watchers();
+}
+
+CancelWatch::~CancelWatch()
+{
+    --watchers();
+}
 
 std::atomic<bool>& cancelFlag()
 {
@@ -31,6 +52,10 @@ void installSignalHandlers()
 {
     std::signal(SIGINT, onSignal);
     std::signal(SIGTERM, onSignal);
+    // A closed terminal (a dropped ssh session) stops training with a checkpoint too, unless the
+    // process was started to ignore it (nohup).
+    if (std::signal(SIGHUP, onSignal) == SIG_IGN)
+        std::signal(SIGHUP, SIG_IGN);
 }
 
 CLI::IsMember oneOf(const std::vector<std::string>& names)
@@ -58,7 +83,27 @@ CLI::Validator finiteIn(double lo, double hi)
             }
             return {};
         },
-        "NUMBER in [" + fixed(lo, 4) + ", " + fixed(hi, 4) + "]");
+        [lo, hi] {
+            std::ostringstream o;
+            o << "NUMBER in [" << lo << ", " << hi << "]";
+            return o.str();
+        }());
+}
+
+CLI::Validator unsignedNumber()
+{
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            (void)std::strtoull(text.c_str(), &end, 10);
+            if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0')
+                return "'" + text + "' is not a whole number >= 0";
+            if (errno == ERANGE)
+                return "'" + text + "' is larger than 18446744073709551615";
+            return {};
+        },
+        "UINT64");
 }
 
 chatbench::LoadOptions CorpusFlags::options() const
@@ -99,6 +144,19 @@ chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flag
     if (c.warnings.size() > shown)
         std::cerr << "(--verbose lists them all)\n";
     return c;
+}
+
+std::string shellWord(const std::string& text)
+{
+    const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) {
+        return std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == '/' || c == ':' || c == '+' || c == ',';
+    });
+    if (plain)
+        return text;
+    std::string out = "'";
+    for (char c : text)
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
 }
 
 std::string fixed(double v, int digits)

@@ -22,14 +22,24 @@ void addDoctorCommand(CLI::App& app, int& exitCode);
 void addImportKerasCommand(CLI::App& app, int& exitCode);
 #endif
 
-// Set by the first Ctrl-C (or SIGTERM); long jobs stop after their current batch.
+// Set by the first Ctrl-C (or SIGTERM, SIGHUP) while a CancelWatch lives: long jobs stop after
+// their current batch. Without one, the signal ends the process at once.
 std::atomic<bool>& cancelFlag();
 void installSignalHandlers();
+// Marks a stretch in which something checks cancelFlag() often.
+struct CancelWatch {
+    CancelWatch();
+    ~CancelWatch();
+    CancelWatch(const CancelWatch&) = delete;
+    CancelWatch& operator=(const CancelWatch&) = delete;
+};
 
 // A CLI11 check accepting exactly `names`, the engine's spellings.
 CLI::IsMember oneOf(const std::vector<std::string>& names);
 // A number in [lo, hi]; NaN and infinities are refused (CLI::Range lets NaN through).
 CLI::Validator finiteIn(double lo, double hi);
+// A whole number in [0, 2^64 - 1] (CLI11 would clamp larger ones silently).
+CLI::Validator unsignedNumber();
 
 // How a command loads its corpus: --format, --latin1, --pairing, --strict, --verbose.
 struct CorpusFlags {
@@ -47,6 +57,9 @@ inline constexpr size_t kWarningsShown = 5; // skipped records listed without --
 // Loads a corpus named on the command line and reports what was skipped on stderr: a summary
 // and the first few warnings (all with --verbose).
 chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags);
+
+// `text` as one shell word, quoted when it needs to be (for the commands the CLI suggests).
+std::string shellWord(const std::string& text);
 
 // `v` with `digits` decimals.
 std::string fixed(double v, int digits);

@@ -43,7 +43,7 @@ int run(const ImportArgs& a)
     }
     const KerasImport r = importKeras(opt, a.out);
     std::cout << describe(r);
-    std::cout << "chat with it: chatbench-cli chat --run " << a.out << "\n";
+    std::cout << "chat with it: chatbench-cli chat --run " << shellWord(a.out) << "\n";
     return 0;
 }
 

@@ -26,6 +26,20 @@ int main(int argc, char** argv)
     cli::addImportKerasCommand(app, exitCode);
 #endif
 
+    // A misspelt command: CLI11 would only say that one is required.
+    if (argc > 1 && argv[1][0] != '-') {
+        std::string names;
+        bool known = false;
+        for (const CLI::App* sub : app.get_subcommands({})) {
+            known = known || sub->check_name(argv[1]);
+            names += (names.empty() ? "" : ", ") + sub->get_name();
+        }
+        if (!known) {
+            std::cerr << "error: unknown command '" << chatbench::printable(argv[1]) << "'; the commands are " << names
+                      << " (--help for more)\n";
+            return static_cast<int>(CLI::ExitCodes::ExtrasError);
+        }
+    }
     cli::installSignalHandlers();
     try {
         app.parse(argc, argv); // runs the chosen command's callback

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 
 namespace cli {
 
@@ -121,8 +122,14 @@ int run(const TrainArgs& a)
     TrainResult r;
     if (a.resume) {
         // The run's own corpus, unless the user names another (then the fingerprint must match).
-        r = a.corpus.empty() ? resume(a.run, cb, a.epochs.value_or(0))
-                             : resume(a.run, loadCorpusArg(a.corpus, a.corpusFlags), cb, a.epochs.value_or(0));
+        if (a.corpus.empty()) {
+            const CancelWatch watch;
+            r = resume(a.run, cb, a.epochs.value_or(0));
+        } else {
+            const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
+            const CancelWatch watch;
+            r = resume(a.run, corpus, cb, a.epochs.value_or(0));
+        }
     } else {
         TrainArgs args = a;
         if (args.corpus.empty())
@@ -132,13 +139,14 @@ int run(const TrainArgs& a)
         const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags);
         std::cout << "training preset '" << cfg.preset << "' on " << args.corpus << " (" << corpus.pairs.size()
                   << " pairs) into " << a.run << std::endl;
+        const CancelWatch watch;
         r = train(cfg, corpus, a.run, cb);
     }
     if (tty && !a.quiet)
         std::cout << "\r\033[K";
     std::cout << describe(r) << "\nrun folder: " << a.run << "\n";
     if (r.status == TrainStatus::Cancelled)
-        std::cout << "continue with: chatbench-cli train --resume --run " << a.run << "\n";
+        std::cout << "continue with: chatbench-cli train --resume --run " << shellWord(a.run) << "\n";
     return r.status == TrainStatus::Cancelled ? 130 : 0;
 }
 
@@ -171,7 +179,7 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--clip", a->clip, "Gradient-norm clip (0 = off)")->check(finiteIn(0, 1e9));
     cmd->add_option("--val-fraction", a->valFraction, "Validation fraction")->check(finiteIn(0, 0.99));
     cmd->add_option("--patience", a->patience, "Early-stopping patience in epochs (0 = off)");
-    cmd->add_option("--seed", a->seed, "Random seed")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seed", a->seed, "Random seed")->check(unsignedNumber());
     cmd->add_flag("--nondeterministic", a->nondeterministic, "Allow nondeterministic kernels");
     cmd->add_flag("--no-bucketing", a->noBucketing, "Plain shuffled batches");
     cmd->add_option("--checkpoint-every", a->checkpointEvery, "Also checkpoint every N steps");
@@ -185,7 +193,21 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--min-freq", a->minFreq, "Minimum word frequency");
     cmd->add_option("--max-vocab", a->maxVocab, "Vocabulary size limit (0 = none)");
     cmd->add_option("--tokenizer", a->tokenizer, joinNames(tokenizerModeNames()))->check(oneOf(tokenizerModeNames()));
-    cmd->callback([a, &exitCode] { exitCode = run(*a); });
+    cmd->callback([a, cmd, &exitCode] {
+        if (a->resume) {
+            // What config.json fixes cannot change on resume: refused rather than ignored.
+            static const std::set<std::string> kept { "--corpus", "--format", "--latin1", "--pairing", "--strict",
+                "--verbose", "--max-corpus-mb", "--run", "--resume", "--quiet", "--epochs" };
+            std::string given;
+            for (const CLI::Option* o : cmd->get_options())
+                if (o->count() > 0 && !kept.count(o->get_name()))
+                    given += (given.empty() ? "" : ", ") + o->get_name();
+            if (!given.empty())
+                throw Error("--resume continues the run with the settings in its config.json; " + given
+                    + " cannot change there (only --epochs and the corpus options can)");
+        }
+        exitCode = run(*a);
+    });
 }
 
 } // namespace cli

@@ -142,7 +142,8 @@ std::string toJson(const BenchReport& r)
             { "threads", c.threads }, { "points", pts } });
     }
     j["notes"] = r.notes;
-    return j.dump(2) + "\n";
+    // Paths that are not UTF-8 (file names are bytes) are shown with U+FFFD, not refused.
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 BenchReport benchReportFromJson(const std::string& text, const std::string& file)

@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 #include "fastdecode.h"
 #include "model.h"
+#include "runstate.h"
 #include "snapshot.h"
 #include "torchutil.h"
 #include "tracedreply.h"
@@ -30,6 +31,7 @@ struct Chatbot::Impl {
     torch::Device device { torch::kCPU };
     std::string note;
     int64_t step = 0;
+    uint64_t corpusFingerprint = 0; // of the pairs the run trained on (0: not known)
     // The batch-1 CPU path, built on first use (the weights never change after load).
     std::once_flag fastOnce;
     std::unique_ptr<FastDecoder> fast;
@@ -60,16 +62,17 @@ int64_t Chatbot::step() const
 {
     return m_impl->step;
 }
+uint64_t Chatbot::corpusFingerprint() const
+{
+    return m_impl->corpusFingerprint;
+}
 
 Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weights weights)
 {
     auto impl = std::make_shared<Impl>();
     impl->cfg = loadRunConfig(runDir);
     impl->tok = Tokenizer::load(vocabPath(runDir));
-    if (impl->tok.size() != impl->cfg.model.vocabSize)
-        throw Error(vocabPath(runDir), 0,
-            "holds " + std::to_string(impl->tok.size()) + " words but config.json says "
-                + std::to_string(impl->cfg.model.vocabSize));
+    checkRunTokenizer(runDir, impl->tok, impl->cfg, /*size=*/true);
     const ResolvedDevice r = resolveDevice(device, Precision::FP32);
     impl->note = r.note;
     impl->device = parseDevice(r.device);
@@ -77,6 +80,10 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     impl->model->to(impl->device);
     if (weights == Weights::Best) {
         impl->step = loadBestCheckpoint(runDir, impl->model).step;
+        try {
+            impl->corpusFingerprint = loadState(runDir).corpusFingerprint;
+        } catch (const Error&) {
+        }
         impl->model->eval();
         return Chatbot(impl);
     }
@@ -87,6 +94,7 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
         try {
             std::string fellBack;
             impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;
+            impl->corpusFingerprint = state.corpusFingerprint;
             if (!fellBack.empty())
                 impl->note += (impl->note.empty() ? "" : "; ") + fellBack;
             break;

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -73,6 +74,33 @@ void saveCheckpoint(
     }
 }
 
+namespace {
+
+// Names in `archive` that `module` has no parameter, buffer or submodule for ("decoder.x"):
+// Module::load reads what the module asks for and ignores the rest, so a checkpoint of another
+// model (an embedding config.json no longer has) would load without a word.
+void unexpectedKeys(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+    std::vector<std::string>& out)
+{
+    std::set<std::string> known { "training" };
+    for (const auto& p : module.named_parameters(/*recurse=*/false))
+        known.insert(p.key());
+    for (const auto& b : module.named_buffers(/*recurse=*/false))
+        known.insert(b.key());
+    for (const auto& c : module.named_children())
+        known.insert(c.key());
+    for (const std::string& k : archive.keys())
+        if (!known.count(k))
+            out.push_back(prefix + k);
+    for (const auto& c : module.named_children()) {
+        torch::serialize::InputArchive sub;
+        if (archive.try_read(c.key(), sub))
+            unexpectedKeys(*c.value(), sub, prefix + c.key() + ".", out);
+    }
+}
+
+} // namespace
+
 void loadCheckpoint(
     const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer)
 {
@@ -90,6 +118,13 @@ void loadCheckpoint(
         torch::serialize::InputArchive root, m;
         root.load_from(bytes.data(), bytes.size(), model->parameters().front().device());
         root.read("model", m);
+        std::vector<std::string> extra;
+        unexpectedKeys(*model, m, "", extra);
+        if (!extra.empty())
+            throw Error(file, 0,
+                "checkpoint does not match config.json (it holds '" + extra.front() + "'"
+                    + (extra.size() > 1 ? " and " + std::to_string(extra.size() - 1) + " more" : std::string())
+                    + ", which this model has not)");
         model->load(m);
         if (optimizer) {
             torch::serialize::InputArchive o;

@@ -86,6 +86,10 @@ void validate(const TrainConfig& c)
     need(c.tokenizer.minFrequency >= 1, "min_frequency must be >= 1");
     need(c.tokenizer.maxSize == 0 || c.tokenizer.maxSize >= 5, "max_vocab must be 0 (no limit) or >= 5");
     need(c.device == "cpu" || c.device.rfind("cuda", 0) == 0, "device must be 'cpu' or 'cuda:N'");
+    // config.json is UTF-8 JSON: a path that is not cannot be stored, and a replaced byte would
+    // name another file on resume.
+    need(text::invalidUtf8Offset(c.corpus) == std::string::npos,
+        "the corpus path '" + printable(c.corpus) + "' is not valid UTF-8; rename the file or folder");
 }
 
 std::string toJson(const TrainConfig& c)

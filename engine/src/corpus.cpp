@@ -4,12 +4,14 @@
 #include "text.h"
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 
 namespace fs = std::filesystem;
@@ -30,32 +32,48 @@ bool isYamlName(const fs::path& p)
     return ext == ".yml" || ext == ".yaml";
 }
 
-// The text cap was hit: never skipped as a bad record, always the end of loading.
+// The size cap was hit: never skipped as a bad record, always the end of loading.
 struct TooMuchText : Error {
     using Error::Error;
 };
+
+// What a record costs besides its text, charged against the cap: a turn read (even an empty
+// one), a pair kept (its three strings). Text alone would let a short file of aliases to a long
+// list of tiny or empty turns take gigabytes or billions of steps.
+constexpr int64_t kTurnCost = 64;
+int64_t pairCost(const Pair& p)
+{
+    return static_cast<int64_t>(sizeof(Pair) + p.prompt.size() + p.response.size() + p.file.size());
+}
 
 // The corpus being filled and how: the pairing, and whether a bad record stops the load.
 struct Loader {
     Corpus& corpus;
     const LoadOptions& opt;
-    int64_t textBytes = 0;
+    int64_t spent = 0; // everything charged so far: never decreases, so it bounds time as well as memory
 
-    // Every pair goes through here: the text total is capped.
+    // Every pair goes through here: the total is capped.
     void add(Pair p)
     {
-        need(static_cast<int64_t>(p.prompt.size() + p.response.size()), p.file, p.line);
-        textBytes += static_cast<int64_t>(p.prompt.size() + p.response.size());
+        charge(pairCost(p), p.file, p.line);
         corpus.pairs.push_back(std::move(p));
     }
 
-    // Throws when `more` bytes would take the corpus over its cap.
-    void need(int64_t more, const std::string& file, long line) const
+    // Counts `cost` bytes; throws when the total goes over the cap.
+    void charge(int64_t cost, const std::string& file, long line)
     {
-        if (textBytes + more > opt.maxTextBytes)
+        spent += cost;
+        fits(0, file, line);
+    }
+
+    // Throws when `more` bytes (not yet counted: a conversation being read) would go over the cap.
+    void fits(int64_t more, const std::string& file, long line) const
+    {
+        if (spent + more > opt.maxTextBytes)
             throw TooMuchText(file, line,
-                "the corpus holds more than " + std::to_string(opt.maxTextBytes >> 20)
-                    + " MiB of text (YAML aliases repeating a long text?); raise the limit to load it");
+                "the corpus takes more than " + std::to_string(opt.maxTextBytes >> 20)
+                    + " MiB (its text and records; YAML aliases repeating a long text or list?); raise the limit "
+                      "to load it");
     }
 
     // Runs `read` for one record; a malformed record (Error) is skipped with a warning, or
@@ -97,22 +115,62 @@ struct Loader {
     }
 };
 
+// 1-based line of the first byte-order mark or NUL byte after the start, or 0. yaml-cpp reads a
+// BOM inside a file as the start of a new stream (dropping what follows) and a NUL as the end
+// of its input.
+long yamlStrayByte(const std::string& text, std::string& what)
+{
+    const size_t bom = text.find("\xEF\xBB\xBF");
+    const size_t nul = text.find('\0');
+    if (bom == std::string::npos && nul == std::string::npos)
+        return 0;
+    what = bom < nul ? "a byte-order mark (U+FEFF) inside the file; YAML allows one only at the start"
+                     : "a NUL byte; YAML text cannot hold one";
+    return text::lineOfOffset(text, std::min(bom, nul));
+}
+
 void loadYamlFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
     if (text::trim(text).empty())
         throw Error(file, 0, "file is empty");
-    YAML::Node root;
+    std::string stray;
+    if (const long line = yamlStrayByte(text, stray))
+        throw Error(file, line, stray);
+    std::vector<YAML::Node> docs;
     try {
-        root = YAML::Load(text);
+        docs = YAML::LoadAll(text);
+    } catch (const YAML::DeepRecursion& e) {
+        throw Error(file, e.mark.line + 1,
+            "YAML nested more than " + std::to_string(e.depth()) + " levels deep; a corpus needs two");
     } catch (const YAML::Exception& e) {
         // An unclosed [ or { is only noticed where the file ends; say so rather than blame that line.
         const bool unclosed = e.msg.find("not found") != std::string::npos;
         throw Error(
             file, e.mark.line + 1, "YAML: " + e.msg + (unclosed ? " (an unclosed [ or { earlier in the file)" : ""));
     }
+    // Empty documents (a lone ---) are nothing; a second one with content would be silently
+    // ignored by a one-document reader, so it is named.
+    docs.erase(std::remove_if(docs.begin(), docs.end(), [](const YAML::Node& d) { return d.IsNull(); }), docs.end());
+    if (docs.empty())
+        throw Error(file, 1, "expected a 'conversations:' key (chatterbot corpus format)");
+    if (docs.size() > 1)
+        throw Error(file, docs[1].Mark().line + 1,
+            "a second YAML document (after ---) starts here; a chatterbot corpus file holds one: merge their "
+            "'conversations' lists");
+    const YAML::Node& root = docs.front();
     if (!root.IsMap() || !root["conversations"])
         throw Error(file, 1, "expected a 'conversations:' key (chatterbot corpus format)");
+    long firstKey = 0;
+    for (const auto& kv : root) {
+        if (!kv.first.IsScalar() || kv.first.Scalar() != "conversations")
+            continue;
+        if (firstKey)
+            throw Error(file, kv.first.Mark().line + 1,
+                "a second 'conversations:' key (the first is on line " + std::to_string(firstKey)
+                    + "); YAML keeps only one of them: merge the lists");
+        firstKey = kv.first.Mark().line + 1;
+    }
     const YAML::Node convs = root["conversations"];
     if (!convs.IsSequence())
         throw Error(file, convs.Mark().line + 1, "'conversations' must be a list of lists");
@@ -120,17 +178,19 @@ void loadYamlFile(Loader& L, const std::string& file)
     for (const YAML::Node& conv : convs) {
         L.record([&] {
             const long line = conv.Mark().line + 1;
+            L.charge(kTurnCost, file, line);
             if (!conv.IsSequence())
                 throw Error(file, line, "each conversation must be a list of turns, found a single text");
             std::vector<std::pair<std::string, long>> turns;
-            int64_t bytes = 0;
+            int64_t text = 0; // the conversation's turns, held until they become pairs (charged then)
             for (const YAML::Node& turn : conv) {
                 const long tline = turn.Mark().line + 1;
+                L.charge(kTurnCost, file, tline);
                 if (turn.IsNull())
                     continue;
                 if (!turn.IsScalar())
                     throw Error(file, tline, "a turn must be text, not a list or a map");
-                L.need(bytes += static_cast<int64_t>(turn.Scalar().size()), file, tline);
+                L.fits(text += static_cast<int64_t>(turn.Scalar().size()), file, tline);
                 turns.emplace_back(text::trim(turn.Scalar()), tline);
             }
             if (turns.size() < 2)
@@ -144,12 +204,17 @@ void loadYamlFile(Loader& L, const std::string& file)
 
 void loadTsvFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
-        if (text::trim(l).empty() || l.front() == '#')
+        if (text::trim(l).empty())
             continue;
+        if (l.front() == '#') { // a comment; one that looks like a record is said so
+            if (l.find('\t') != std::string_view::npos)
+                L.note(file, line, "line starts with '#': skipped as a comment although it has a tab");
+            continue;
+        }
         L.record([&] {
             const size_t tab = l.find('\t');
             if (tab == std::string_view::npos)
@@ -207,16 +272,30 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
 void loadJsonlFile(Loader& L, const std::string& file)
 {
     using nlohmann::json;
-    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         if (text::trim(l).empty())
             continue;
         L.record([&] {
+            json j;
             try {
-                addJsonRecord(L, json::parse(l), file, line);
-            } catch (const json::exception& e) { // syntax, a number too large, a field of another type
+                j = json::parse(l);
+            } catch (const json::exception& e) { // syntax, a number too large
+                const std::string t = text::trim(l);
+                throw Error(file, line,
+                    std::string("JSON: ") + e.what()
+                        + (t == "{" || t == "[" ? " (JSON Lines holds one whole record per line; this looks like a "
+                                                  "JSON document spread over lines)"
+                                                : ""));
+            }
+            if (j.is_array())
+                throw Error(file, line,
+                    "expected a JSON object, found a list (JSON Lines holds one object per line, not a JSON array)");
+            try {
+                addJsonRecord(L, j, file, line);
+            } catch (const json::exception& e) { // a field of another type
                 throw Error(file, line, std::string("JSON: ") + e.what());
             }
         });
@@ -225,7 +304,7 @@ void loadJsonlFile(Loader& L, const std::string& file)
 
 void loadDialogFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
     std::vector<std::pair<std::string, long>> turns;
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
@@ -266,7 +345,7 @@ void loadCornell(Loader& L, const fs::path& dir)
     const std::string convFile = (dir / "movie_conversations.txt").string();
     std::map<std::string, std::pair<std::string, long>> lines;
     {
-        const std::string text = text::normalise(linesFile, text::readFile(linesFile), true);
+        const std::string text = text::normalise(linesFile, text::readFile(linesFile, L.opt.maxTextBytes), true);
         long n = 0;
         for (std::string_view l : text::splitLines(text)) {
             ++n;
@@ -277,11 +356,15 @@ void loadCornell(Loader& L, const fs::path& dir)
                 if (f.size() != 5)
                     throw Error(
                         linesFile, n, "expected 5 fields separated by ' +++$+++ ', found " + std::to_string(f.size()));
-                lines[text::trim(f[0])] = { text::trim(f[4]), n };
+                auto [it, fresh] = lines.try_emplace(text::trim(f[0]), text::trim(f[4]), n);
+                if (!fresh)
+                    throw Error(linesFile, n,
+                        "line id '" + it->first + "' appears twice (first on line " + std::to_string(it->second.second)
+                            + "); the first is kept");
             });
         }
     }
-    const std::string text = text::normalise(convFile, text::readFile(convFile), true);
+    const std::string text = text::normalise(convFile, text::readFile(convFile, L.opt.maxTextBytes), true);
     long n = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++n;
@@ -320,7 +403,8 @@ void loadCornell(Loader& L, const fs::path& dir)
     L.corpus.files = { linesFile, convFile };
 }
 
-CorpusFormat sniffFile(const fs::path& p)
+// The format a file's name says, if it says one.
+std::optional<CorpusFormat> formatFromName(const fs::path& p)
 {
     const std::string ext = lower(p.extension().string());
     if (ext == ".yml" || ext == ".yaml")
@@ -329,8 +413,15 @@ CorpusFormat sniffFile(const fs::path& p)
         return CorpusFormat::Jsonl;
     if (ext == ".tsv")
         return CorpusFormat::Tsv;
+    return std::nullopt;
+}
+
+CorpusFormat sniffFile(const fs::path& p)
+{
+    if (const auto byName = formatFromName(p))
+        return *byName;
     // By content: look at the first non-empty lines.
-    std::string head = text::readFile(p.string()).substr(0, 64 * 1024);
+    std::string head = text::readHead(p.string(), 64 * 1024);
     if (head.size() >= 3 && head.compare(0, 3, "\xEF\xBB\xBF") == 0)
         head.erase(0, 3);
     int lines = 0, tabbed = 0;
@@ -374,14 +465,14 @@ CorpusFormat detectFormat(const std::string& path)
         throw Error(
             path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
     }
-    if (fs::file_size(p, ec) == 0)
+    if (fs::file_size(p, ec) == 0 && text::readHead(path, 1).empty()) // /proc files report no size
         throw Error(path, 0, "file is empty");
     return sniffFile(p);
 }
 
 std::string toString(const CorpusWarning& w)
 {
-    return w.file + (w.line > 0 ? ":" + std::to_string(w.line) : std::string()) + ": " + w.message;
+    return printable(w.file) + (w.line > 0 ? ":" + std::to_string(w.line) : std::string()) + ": " + w.message;
 }
 
 std::string kindName(CorpusWarning::Kind k)
@@ -448,6 +539,10 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
     if (!fs::exists(p, ec))
         throw Error(path, 0, "no such file or folder");
     const bool isDir = fs::is_directory(p, ec);
+    // A format guessed from a file's content may be the wrong guess: failures say so.
+    const bool guessed = options.format == CorpusFormat::Auto && !isDir && !formatFromName(p);
+    const std::string guess
+        = " (read as " + formatName(corpus.format) + ", guessed from the content; choose the format if it is another)";
 
     if (corpus.format == CorpusFormat::Cornell) {
         if (!isDir)
@@ -460,10 +555,27 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
         for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
              it.increment(ec)) {
             std::error_code e2;
-            if (it->is_regular_file(e2) && isYamlName(it->path()))
+            if (!isYamlName(it->path()))
+                continue;
+            if (it->is_regular_file(e2))
                 files.push_back(it->path());
+            else if (it->is_symlink(e2) && !fs::exists(it->path(), e2))
+                L.note(it->path().string(), 0, "broken link skipped");
         }
         std::sort(files.begin(), files.end());
+        // A file reached twice (a link beside its target) is read once.
+        std::vector<fs::path> unique;
+        std::map<std::string, std::string> seen;
+        for (const auto& f : files) {
+            std::error_code e2;
+            const std::string real = fs::canonical(f, e2).string();
+            const auto [at, fresh] = seen.try_emplace(e2 ? f.string() : real, f.string());
+            if (fresh)
+                unique.push_back(f);
+            else
+                L.note(f.string(), 0, "the same file as " + at->second + ": read once");
+        }
+        files = std::move(unique);
         for (const auto& f : files) {
             // In a folder an empty file is skipped with a note, and one that cannot be read or
             // parsed with a warning (strict: an error), rather than failing the lot.
@@ -488,14 +600,22 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
             }
         }
     } else {
-        if (fs::file_size(p, ec) == 0)
+        if (fs::file_size(p, ec) == 0 && text::readHead(path, 1).empty())
             throw Error(path, 0, "file is empty");
-        switch (corpus.format) {
-        case CorpusFormat::ChatterbotYaml: loadYamlFile(L, path); break;
-        case CorpusFormat::Tsv: loadTsvFile(L, path); break;
-        case CorpusFormat::Jsonl: loadJsonlFile(L, path); break;
-        case CorpusFormat::DialogText: loadDialogFile(L, path); break;
-        default: break;
+        try {
+            switch (corpus.format) {
+            case CorpusFormat::ChatterbotYaml: loadYamlFile(L, path); break;
+            case CorpusFormat::Tsv: loadTsvFile(L, path); break;
+            case CorpusFormat::Jsonl: loadJsonlFile(L, path); break;
+            case CorpusFormat::DialogText: loadDialogFile(L, path); break;
+            default: break;
+            }
+        } catch (const TooMuchText&) {
+            throw;
+        } catch (const Error& e) {
+            if (!guessed)
+                throw;
+            throw Error(e.file(), e.line(), e.message() + guess);
         }
         corpus.files.push_back(path);
     }
@@ -506,7 +626,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
         if (bad != corpus.warnings.end()) {
             const int64_t skipped = corpus.skippedRecords() + corpus.skippedFiles();
             throw Error(bad->file, bad->line,
-                bad->message + " (no usable pairs left; " + std::to_string(skipped) + " record(s) or file(s) skipped)");
+                bad->message + " (no usable pairs left; " + std::to_string(skipped) + " record(s) or file(s) skipped)"
+                    + (guessed ? guess : std::string()));
         }
         throw Error(path, 0, "no prompt/response pairs found (format " + formatName(corpus.format) + ")");
     }

@@ -66,7 +66,8 @@ std::string toJson(const CorpusStats& s, const std::string& path)
         warnings.push_back(
             { { "file", w.file }, { "line", w.line }, { "kind", kindName(w.kind) }, { "message", w.message } });
     j["warnings"] = warnings;
-    return j.dump(2) + "\n";
+    // Paths that are not UTF-8 (file names are bytes) are shown with U+FFFD, not refused.
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string describe(const CorpusStats& s, const std::string& path, size_t maxWarnings)

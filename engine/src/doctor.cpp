@@ -200,7 +200,8 @@ std::string toJson(const DoctorReport& d)
         { "cuda_reply", d.parity.cudaReply }, { "verdict", d.parity.verdict } }
                                         : nlohmann::ordered_json { { "skipped", d.parity.skipped } };
     j["healthy"] = d.healthy;
-    return j.dump(2) + "\n";
+    // Paths that are not UTF-8 (file names are bytes) are shown with U+FFFD, not refused.
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string describe(const DoctorReport& d)

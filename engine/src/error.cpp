@@ -8,8 +8,8 @@ std::string located(const std::string& file, long line, const std::string& messa
     if (file.empty())
         return message;
     if (line <= 0)
-        return file + ": " + message;
-    return file + ":" + std::to_string(line) + ": " + message;
+        return printable(file) + ": " + message;
+    return printable(file) + ":" + std::to_string(line) + ": " + message;
 }
 } // namespace
 

@@ -1,6 +1,7 @@
 #include "chatbench/explain.h"
 
 #include "chatbench/error.h"
+#include "chatbench/trainer.h"
 #include "tracejson.h"
 
 #include <nlohmann/json.hpp>
@@ -142,6 +143,9 @@ std::vector<Pair> trainingPairs(const Chatbot& bot)
     if (cfg.corpus.empty())
         throw Error("this model's config names no corpus (an imported model): there are no training prompts to search");
     const Corpus corpus = loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
+    // Pairs the model never saw would be shown as what it learnt from.
+    if (bot.corpusFingerprint() != 0 && corpusFingerprint(corpus.pairs) != bot.corpusFingerprint())
+        throw Error(cfg.corpus, 0, "has changed since the model trained on it: its prompts are not the training ones");
     std::vector<Pair> out;
     for (Pair& p : splitPairs(corpus.pairs, cfg.validationFraction, cfg.seed).train)
         if (!bot.tokenizer().encode(p.prompt).ids.empty() && !bot.tokenizer().encode(p.response).ids.empty())

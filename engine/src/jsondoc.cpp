@@ -20,6 +20,11 @@ nlohmann::json parseDocument(
     const auto f = j.is_object() ? j.find("format") : j.end();
     if (!j.is_object() || f == j.end() || !f->is_string() || f->get<std::string>() != format)
         throw Error(file, 1, notThis);
+    // Version 1 is the only one there is; a later one may mean something this build would misread.
+    if (const auto v = j.find("version"); v != j.end() && !(v->is_number_integer() && v->get<int64_t>() == 1))
+        throw Error(file, 1,
+            "version " + printable(v->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+                + ": this chatbench reads version 1 (written by a newer chatbench?)");
     return j;
 }
 

@@ -81,6 +81,8 @@ int64_t kerasId(const KerasTokenizer& t, const std::string& word, int64_t limit,
 
 KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir)
 {
+    if (runDir.empty())
+        throw Error("no run folder given (the path is empty)");
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");
     const KerasSeq2Seq m = readKerasSeq2Seq(opt.model);
@@ -128,7 +130,13 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     TokenizerOptions topt;
     topt.mode = TokenizerMode::Keras;
     topt.dropUnknown = oov < 0;
-    const Tokenizer tok = Tokenizer::fromWords(words, topt);
+    const Tokenizer tok = [&] {
+        try {
+            return Tokenizer::fromWords(words, topt);
+        } catch (const Error& e) { // a word the tokenizer maps to a model id twice, or one of ours
+            throw Error(kt.file, 0, e.message() + " (<pad>, <unk>, <start> and <end> are chatbench's own words)");
+        }
+    }();
     r.notes.push_back(oov < 0 ? "the tokenizer has no oov_token: unknown words are left out, as Keras does"
                               : "unknown words become '" + *kt.oovToken + "' (<unk>)");
 
@@ -194,12 +202,15 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     // The run folder; removed again if anything below fails.
     std::error_code ec;
     const bool created = !fs::exists(runDir, ec);
+    if (fs::is_directory(runDir, ec))
+        requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
     const RunLock lock(runDir); // before the guard: a folder another writer holds is never cleaned
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");
+    requireNewRunFolder(runDir);
     FolderGuard guard(runDir, created);
     writeFileAtomic(configPath(runDir), toJson(cfg));
     tok.save(vocabPath(runDir));
@@ -218,7 +229,8 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     j["oov_token"] = kt.oovToken ? nlohmann::ordered_json(*kt.oovToken) : nlohmann::ordered_json();
     j["keras_vocabulary"] = m.vocabulary;
     j["notes"] = r.notes;
-    writeFileAtomic((fs::path(runDir) / "keras-import.json").string(), j.dump(2) + "\n");
+    writeFileAtomic((fs::path(runDir) / "keras-import.json").string(),
+        j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     guard.release();
 
     if (!opt.prompts.empty())

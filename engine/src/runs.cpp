@@ -2,6 +2,7 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "chatbench/tokenizer.h"
 #include "jsondoc.h"
 #include "runstate.h"
 #include "text.h"
@@ -271,6 +272,43 @@ RunLock::RunLock(const std::string& runDir)
             fs::remove(it->path(), e2);
         }
     }
+}
+
+void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const TrainConfig& cfg, bool size)
+{
+    if (size && tok.size() != cfg.model.vocabSize)
+        throw Error(vocabPath(runDir), 0,
+            "holds " + std::to_string(tok.size()) + " words but config.json says "
+                + std::to_string(cfg.model.vocabSize));
+    if (tok.options().mode != cfg.tokenizer.mode)
+        throw Error(vocabPath(runDir), 0,
+            "tokenizes as '" + tokenizerModeName(tok.options().mode) + "' but config.json says '"
+                + tokenizerModeName(cfg.tokenizer.mode) + "'");
+}
+
+void requireNewRunFolder(const std::string& runDir)
+{
+    const std::string config = configPath(runDir);
+    if (present(config)) {
+        try {
+            (void)trainConfigFromJson(text::readFile(config), config);
+            return; // a start killed before its first checkpoint: starting afresh replaces its files
+        } catch (const Error&) {
+        }
+    }
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec))
+        if (const std::string name = it->path().filename().string(); name != ".lock")
+            names.push_back(name);
+    if (names.empty())
+        return;
+    std::sort(names.begin(), names.end());
+    throw Error(runDir, 0,
+        "the folder is not empty and holds no run ('" + names.front() + "'"
+            + (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : std::string())
+            + "); a run writes config.json, vocab.json, state.json and checkpoints there: choose an empty or new "
+              "folder");
 }
 
 RunLock::~RunLock()

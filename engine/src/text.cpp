@@ -8,7 +8,7 @@
 
 namespace chatbench::text {
 
-std::string readFile(const std::string& path)
+std::string readFile(const std::string& path, int64_t maxBytes)
 {
     // Opening a FIFO for reading blocks until a writer comes: look before opening.
     std::error_code ec;
@@ -17,14 +17,38 @@ std::string readFile(const std::string& path)
         throw Error(path, 0, "is a folder, not a file");
     if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
         throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
+    auto tooBig = [&](uint64_t size) {
+        return Error(path, 0,
+            "the file is " + std::to_string(size >> 20) + " MiB, more than the limit of "
+                + std::to_string(maxBytes >> 20) + " MiB; raise the limit to load it");
+    };
+    // Checked before reading: a file far larger than memory is refused, not read.
+    if (const auto size = std::filesystem::file_size(path, ec); !ec && maxBytes >= 0 && size > uint64_t(maxBytes))
+        throw tooBig(size);
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw Error(path, 0, "cannot open file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
+    std::string out;
+    char buf[1 << 16];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) { // files that report no size (/proc) too
+        out.append(buf, static_cast<size_t>(in.gcount()));
+        if (maxBytes >= 0 && out.size() > uint64_t(maxBytes))
+            throw tooBig(out.size());
+    }
     if (in.bad())
         throw Error(path, 0, "read error");
-    return ss.str();
+    return out;
+}
+
+std::string readHead(const std::string& path, size_t n)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw Error(path, 0, "cannot open file");
+    std::string out(n, '\0');
+    in.read(out.data(), static_cast<std::streamsize>(n));
+    out.resize(static_cast<size_t>(in.gcount()));
+    return out;
 }
 
 size_t invalidUtf8Offset(std::string_view s)
@@ -85,35 +109,42 @@ std::string latin1ToUtf8(std::string_view bytes)
 
 long lineOfOffset(std::string_view bytes, size_t offset)
 {
+    // CRLF, a lone CR and LF each end a line, as normalise counts them.
     long line = 1;
     for (size_t i = 0; i < offset && i < bytes.size(); ++i)
-        if (bytes[i] == '\n')
+        if (bytes[i] == '\n' || (bytes[i] == '\r' && (i + 1 >= bytes.size() || bytes[i + 1] != '\n')))
             ++line;
     return line;
 }
 
 std::string normalise(const std::string& file, std::string bytes, bool latin1)
 {
-    if (bytes.size() >= 3 && bytes.compare(0, 3, "\xEF\xBB\xBF") == 0)
-        bytes.erase(0, 3);
+    // UTF-8 is checked on the bytes as they are in the file, so the offset and line it names
+    // are the file's own.
+    if (!latin1) {
+        if (const size_t bad = invalidUtf8Offset(bytes); bad != std::string_view::npos)
+            throw Error(file, lineOfOffset(bytes, bad),
+                "invalid UTF-8 (byte " + std::to_string(bad)
+                    + " of the file); if the file is Latin-1, load it with the Latin-1 option");
+    }
     std::string out;
-    out.reserve(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i) {
-        if (bytes[i] == '\r') {
-            out.push_back('\n');
-            if (i + 1 < bytes.size() && bytes[i + 1] == '\n')
-                ++i;
-        } else {
-            out.push_back(bytes[i]);
+    const size_t skip = bytes.size() >= 3 && bytes.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+    if (bytes.find('\r', skip) == std::string::npos) {
+        out = skip ? bytes.substr(skip) : std::move(bytes);
+    } else {
+        out.reserve(bytes.size());
+        for (size_t i = skip; i < bytes.size(); ++i) {
+            if (bytes[i] == '\r') {
+                out.push_back('\n');
+                if (i + 1 < bytes.size() && bytes[i + 1] == '\n')
+                    ++i;
+            } else {
+                out.push_back(bytes[i]);
+            }
         }
     }
-    if (latin1) {
+    if (latin1)
         out = latin1ToUtf8(out);
-    } else if (const size_t bad = invalidUtf8Offset(out); bad != std::string_view::npos) {
-        throw Error(file, lineOfOffset(out, bad),
-            "invalid UTF-8 (byte " + std::to_string(bad)
-                + "); if the file is Latin-1, load it with the Latin-1 option");
-    }
     size_t start = 0;
     long line = 1;
     while (start <= out.size()) {
@@ -155,3 +186,39 @@ std::string trim(std::string_view s)
 }
 
 } // namespace chatbench::text
+
+namespace chatbench {
+
+std::string printable(std::string_view s)
+{
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(s.size());
+    auto escape = [&](unsigned char b) {
+        out += "\\x";
+        out.push_back(hex[b >> 4]);
+        out.push_back(hex[b & 15]);
+    };
+    for (size_t i = 0; i < s.size();) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        if (b < 0x20 || b == 0x7F) {
+            escape(b);
+            ++i;
+        } else if (b < 0x80) {
+            out.push_back(s[i++]);
+        } else {
+            const size_t len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
+            const std::string_view seq = s.substr(i, len);
+            if (len > 1 && seq.size() == len && text::invalidUtf8Offset(seq) == std::string_view::npos) {
+                out += seq;
+                i += len;
+            } else {
+                escape(b);
+                ++i;
+            }
+        }
+    }
+    return out;
+}
+
+} // namespace chatbench

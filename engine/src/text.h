@@ -1,6 +1,7 @@
 #pragma once
 // Byte-level text helpers shared by the corpus loaders and the tokenizer (private).
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,8 +11,12 @@ namespace chatbench::text {
 // Longest line a loader accepts; longer ones are an error naming the line.
 inline constexpr size_t kMaxLineBytes = 64 * 1024;
 
-// Reads a whole file. Throws Error(file) when it cannot be opened.
-std::string readFile(const std::string& path);
+// Reads a whole file. Throws Error(file) when it cannot be opened, is not a regular file, or
+// holds more than `maxBytes` (checked before reading where the size is known; < 0: no limit).
+std::string readFile(const std::string& path, int64_t maxBytes = -1);
+
+// The first `n` bytes of a file (fewer when it is shorter).
+std::string readHead(const std::string& path, size_t n);
 
 // Offset of the first byte that is not valid UTF-8, or npos.
 size_t invalidUtf8Offset(std::string_view bytes);
@@ -19,7 +24,7 @@ size_t invalidUtf8Offset(std::string_view bytes);
 // Latin-1 bytes to UTF-8.
 std::string latin1ToUtf8(std::string_view bytes);
 
-// 1-based line number of byte `offset` in `bytes`.
+// 1-based line number of byte `offset` in `bytes` (CRLF, CR and LF each end a line).
 long lineOfOffset(std::string_view bytes, size_t offset);
 
 // Normalises a file's bytes for the line-based loaders: strips a UTF-8 BOM, turns CRLF and

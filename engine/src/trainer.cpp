@@ -7,6 +7,7 @@
 #include "chatbench/runs.h"
 #include "checkpoint.h"
 #include "model.h"
+#include "runstate.h"
 #include "snapshot.h"
 #include "text.h"
 #include "torchutil.h"
@@ -115,8 +116,12 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
         log(cb, r.note);
 
     const Split split = splitPairs(corpus.pairs, s.cfg.validationFraction, s.cfg.seed);
-    if (s.tok.size() == 0)
+    if (s.tok.size() == 0) {
         s.tok = Tokenizer::build(split.train, s.cfg.tokenizer);
+        if (s.tok.size() <= 4) // <pad> <unk> <start> <end>: every reply would be <unk>
+            throw Error("the vocabulary holds no words: no word of the training pairs is seen "
+                + std::to_string(s.cfg.tokenizer.minFrequency) + " times or more (min_frequency); lower it");
+    }
     int64_t skipped = 0, skippedVal = 0;
     s.train = makeExamples(split.train, s.tok, s.cfg.model, &skipped);
     s.validation = makeExamples(split.validation, s.tok, s.cfg.model, &skippedVal);
@@ -284,6 +289,21 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
 
 } // namespace
 
+namespace {
+
+// The corpus path config.json keeps: absolute, so that resume and chat find it from any folder.
+// A name that is no file (a corpus built in memory) stays as it is.
+std::string absoluteCorpusPath(const std::string& path)
+{
+    std::error_code ec;
+    if (path.empty() || !fs::exists(path, ec))
+        return path;
+    const fs::path abs = fs::absolute(path, ec);
+    return ec ? path : abs.lexically_normal().string();
+}
+
+} // namespace
+
 uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
 {
     uint64_t h = 1469598103934665603ULL; // FNV-1a
@@ -305,9 +325,13 @@ uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
 {
     validate(cfg);
+    if (runDir.empty())
+        throw Error("no run folder given (the path is empty)");
     std::error_code ec;
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
+    if (fs::is_directory(runDir, ec))
+        requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create run folder: " + ec.message());
@@ -315,9 +339,11 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     // config.json without state.json is a start killed before its first checkpoint: start afresh.
+    requireNewRunFolder(runDir);
 
     Session s;
     s.cfg = cfg;
+    s.cfg.corpus = absoluteCorpusPath(cfg.corpus);
     s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
     s.runDir = runDir;
     prepare(s, corpus, cb);
@@ -344,7 +370,7 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
         // own, and training from here is fine-tuning.
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
-        s.cfg.corpus = corpus.path;
+        s.cfg.corpus = absoluteCorpusPath(corpus.path);
         s.cfg.corpusFormat = corpus.format;
         s.cfg.pairing = corpus.pairing;
         writeFileAtomic(configPath(runDir), toJson(s.cfg));
@@ -355,6 +381,7 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
                 + "); resume needs the same pairs");
     }
     s.tok = Tokenizer::load(vocabPath(runDir));
+    checkRunTokenizer(runDir, s.tok, s.cfg, /*size=*/false);
     if (epochs > 0 && epochs != s.cfg.epochs) {
         s.cfg.epochs = epochs;
         s.state.finished = s.state.epoch >= epochs;

@@ -168,6 +168,7 @@ public:
     std::string device() const;
     std::string note() const; // device fallback note, empty when none
     int64_t step() const; // optimizer steps the loaded weights were trained for
+    uint64_t corpusFingerprint() const; // of the corpus it trained on (corpusFingerprint; 0 = not known)
 
     struct Impl;
     explicit Chatbot(std::shared_ptr<Impl> impl);

@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace chatbench {
 
@@ -28,5 +29,9 @@ private:
     long m_line = 0;
     std::string m_message;
 };
+
+// `text` fit for a terminal or a message: control characters and bytes that are not UTF-8
+// become \xNN escapes; valid UTF-8 stays as it is. Error messages show file names this way.
+std::string printable(std::string_view text);
 
 } // namespace chatbench
