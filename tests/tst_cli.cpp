@@ -510,6 +510,12 @@ void TestCli::bench()
     QCOMPARE(j["schema_version"].toInt(), 1);
     QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1 + 1);
     QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
+    // A report that cannot be written says why.
+    const Run folder = cli({ "bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2", "--repeats", "1",
+        "--warmup", "0", "--no-epoch", "--out", m_dir.path() });
+    QCOMPARE(folder.code, 1);
+    QVERIFY2(folder.err.contains("cannot write the report: ") && folder.err.contains("it is a folder"),
+        qPrintable(folder.err));
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);
 }

@@ -451,6 +451,20 @@ void TestKeras::badTokenizers()
     bad["config"]["word_index"] = "{\"hello\": -3}";
     writeBytes(dir + "negative.json", bad.dump());
     expectError(dir + "negative.json", "word_index");
+    // A word the tokenizer maps to a model id that is one of chatbench's own words: the error
+    // names the tokenizer file (it used to name none).
+    json reserved = t;
+    json index = json::parse(t["config"]["word_index"].get<std::string>());
+    std::string renamed;
+    for (auto it = index.begin(); it != index.end(); ++it)
+        if (it.value().get<int>() == 7)
+            renamed = it.key();
+    QVERIFY(!renamed.empty() && renamed != "start" && renamed != "end");
+    index["<pad>"] = 7;
+    index.erase(renamed);
+    reserved["config"]["word_index"] = index.dump();
+    writeBytes(dir + "reserved.json", reserved.dump());
+    expectError(dir + "reserved.json", "'<pad>'");
 }
 
 QTEST_GUILESS_MAIN(TestKeras)

@@ -131,7 +131,8 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
         ->capture_default_str();
     cmd->add_flag("--strict", f.strict, "Fail on the first malformed record instead of skipping it");
     cmd->add_flag("--verbose", f.verbose, "List every skipped record");
-    cmd->add_option("--max-corpus-mb", f.maxMiB, "The most text a corpus may hold, in MiB")
+    cmd->add_option("--max-corpus-mb", f.maxMiB,
+           "The most a loaded corpus may take, in MiB (its text and a fixed cost per turn and pair)")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
 }

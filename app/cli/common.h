@@ -48,7 +48,7 @@ struct CorpusFlags {
     std::string pairing = chatbench::pairingName(chatbench::Pairing::Consecutive);
     bool strict = false;
     bool verbose = false; // list every skipped record, not the first few
-    int maxMiB = 512; // the most text a corpus may hold
+    int maxMiB = 512; // the most a loaded corpus may take
     chatbench::LoadOptions options() const;
 };
 void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);

@@ -31,7 +31,9 @@ struct LoadOptions {
     bool latin1 = false; // decode as Latin-1 instead of UTF-8 (Cornell always is)
     Pairing pairing = Pairing::Consecutive; // how a conversation's turns become pairs
     bool strict = false; // throw at the first malformed record or unreadable file
-    // The most text the pairs may hold (YAML aliases can expand a small file enormously).
+    // The most a corpus may take: its text plus a fixed cost per turn read and pair kept (YAML
+    // aliases can expand a small file enormously, into long texts or millions of tiny turns). A
+    // file larger than this is refused unread.
     int64_t maxTextBytes = int64_t(512) << 20;
 };
 
