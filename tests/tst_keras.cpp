@@ -294,6 +294,18 @@ void TestKeras::badFilesGiveErrors()
     expectError(dir + "half.h5", "HDF5");
     writeBytes(dir + "head.h5", h5.substr(0, 2000));
     expectError(dir + "head.h5", "HDF5");
+    // A .keras saved by Keras 2 (tf_keras 2.21's model.save): its weights are keyed by layer class.
+    expectError(kFixtures + "keras2-saved.keras", "written by Keras 2.21.0");
+    // A copy of the weights left by a killed importer (its process gone) is removed by the next.
+    QProcess gone;
+    gone.start("true", {});
+    QVERIFY(gone.waitForStarted());
+    const qint64 deadPid = gone.processId();
+    QVERIFY(gone.waitForFinished());
+    const QString stale = QDir::temp().filePath(QString("chatbench-keras-%1-0.h5").arg(deadPid));
+    writeBytes(stale.toStdString(), "left behind");
+    expectError(dir + "missing.keras", "no such model file");
+    QVERIFY(!QFile::exists(stale));
     writeBytes(dir + "text.keras", "this is not a model\n");
     expectError(dir + "text.keras", "neither");
     expectError(dir + "missing.keras", "no such model file");
@@ -465,6 +477,14 @@ void TestKeras::badTokenizers()
     reserved["config"]["word_index"] = index.dump();
     writeBytes(dir + "reserved.json", reserved.dump());
     expectError(dir + "reserved.json", "'<pad>'");
+    // Another model's tokenizer: ids past the model's embedding, no num_words to cap them.
+    json other = t;
+    json wider = json::parse(t["config"]["word_index"].get<std::string>());
+    wider["elsewhere"] = 9999;
+    other["config"]["word_index"] = wider.dump();
+    other["config"]["num_words"] = nullptr;
+    writeBytes(dir + "other-model.json", other.dump());
+    expectError(dir + "other-model.json", "reaches id 9999");
 }
 
 QTEST_GUILESS_MAIN(TestKeras)

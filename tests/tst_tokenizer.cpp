@@ -53,6 +53,22 @@ void TestTokenizer::split_data()
                                    << QStringList { "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m",
                                           "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z" };
     QTest::newRow("keras-spaces") << true << "  many   spaces  " << QStringList { "many", "spaces" };
+    // Keras lowercases with Python's str.lower: every script, İ → i̇, a word-final Σ → ς (the
+    // words below are Python's own output for this text).
+    QTest::newRow("keras-unicode-lower") << true
+                                         << QString::fromUtf8("CAF\xC3\x89 au lait? Stra\xC3\x9F"
+                                                              "e \xC4\xB0stanbul \xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3 "
+                                                              "\xCE\xA3\xCE\x91\xCE\xA3 \xC7\x84"
+                                                              "emal \xC3\x80\xC3\x89\xC3\x8E\xC3\x95\xC3\x9C")
+                                         << QStringList { QString::fromUtf8("caf\xc3\xa9"), "au", "lait",
+                                                QString::fromUtf8("stra\xc3\x9f"
+                                                                  "e"),
+                                                QString::fromUtf8("i\xcc\x87stanbul"),
+                                                QString::fromUtf8("\xce\xbf\xce\xb4\xce\xbf\xcf\x82"),
+                                                QString::fromUtf8("\xcf\x83\xce\xb1\xcf\x82"),
+                                                QString::fromUtf8("\xc7\x86"
+                                                                  "emal"),
+                                                QString::fromUtf8("\xc3\xa0\xc3\xa9\xc3\xae\xc3\xb5\xc3\xbc") };
     QTest::newRow("punct") << false << "Hello, World! Isn't it?"
                            << QStringList { "hello", ",", "world", "!", "isn't", "it", "?" };
     QTest::newRow("punct-utf8") << false << QString::fromUtf8("Caf\xC3\xA9 ok.")

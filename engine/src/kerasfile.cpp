@@ -139,7 +139,8 @@ public:
         if (!out)
             throw Error(m_path, 0, "cannot write a temporary copy of the weights (disk full?)");
     }
-    ~TempFile()
+    ~TempFile() { remove(); }
+    void remove()
     {
         std::error_code ec;
         fs::remove(m_path, ec);
@@ -151,6 +152,24 @@ public:
 private:
     std::string m_path;
 };
+
+// Copies of the weights left by importers that were killed (named chatbench-keras-<pid>-N.h5):
+// removed when their process is gone.
+void removeStaleTempFiles()
+{
+    std::error_code ec;
+    const std::string prefix = "chatbench-keras-";
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) != 0)
+            continue;
+        const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+        if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+            std::error_code e2;
+            fs::remove(e.path(), e2);
+        }
+    }
+}
 
 // ---- HDF5 ----------------------------------------------------------------------------------------
 
@@ -426,7 +445,9 @@ public:
         else if (out.is_array() && out.size() == 1 && out[0].is_array() && !out[0].empty() && out[0][0].is_string())
             m_output = out[0][0].get<std::string>();
         else
-            throw Error(file, 0, "the model must have exactly one output (the decoder's softmax)");
+            throw Error(file, 0,
+                "the model must have exactly one output (the decoder's softmax); the inference encoder or decoder "
+                "model of the recipe? import the training model");
     }
 
     const Layer& layer(const std::string& name) const
@@ -688,6 +709,18 @@ namespace {
 KerasTokenizer readTokenizerJson(const std::string& path);
 } // namespace
 
+// The Keras version metadata.json names ("" when it names none).
+std::string kerasVersion(const ZipArchive& zip, const std::string& path)
+{
+    try {
+        const json meta = parseJson(zip.read("metadata.json", kMaxConfigBytes), path, "metadata.json");
+        const auto v = meta.find("keras_version");
+        return v != meta.end() && v->is_string() ? v->get<std::string>() : std::string();
+    } catch (const Error&) {
+        return {};
+    }
+}
+
 KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
 {
     H5::Exception::dontPrint();
@@ -699,10 +732,16 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
         case Container::Zip: {
             const ZipArchive zip(path);
             const json config = parseJson(zip.read("config.json", kMaxConfigBytes), path, "config.json");
-            const TempFile weights(zip.read("model.weights.h5", kMaxWeightsBytes));
+            if (const std::string version = kerasVersion(zip, path); version.rfind("2.", 0) == 0)
+                throw Error(path, 0,
+                    "a .keras file written by Keras " + version
+                        + " (tf_keras), whose weights are laid out by layer class, not name: save the model as .h5 "
+                          "with that Keras and import the .h5");
+            TempFile weights(zip.read("model.weights.h5", kMaxWeightsBytes));
             if (sniff(weights.path()) != Container::Hdf5)
                 throw Error(path, 0, "model.weights.h5 in the archive is not an HDF5 file");
             const H5::H5File f(weights.path(), H5F_ACC_RDONLY);
+            weights.remove(); // open: the name is no longer needed, and a kill now leaves nothing behind
             return readModel(config, f, indexKeras3(f), path);
         }
         case Container::Hdf5: {
@@ -850,6 +889,7 @@ constexpr int kChildSeconds = 600;
 
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
 {
+    removeStaleTempFiles();
     int fds[2];
     if (::pipe(fds) != 0)
         throw Error(path, 0, std::string("cannot start reading the model: ") + std::strerror(errno));

@@ -94,6 +94,12 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     r.runDir = runDir;
     r.kerasVocabulary = m.vocabulary;
     r.notes = m.notes;
+    // Without num_words every id of the word index reaches the embedding: ids past it are another
+    // model's tokenizer (Keras itself fails on them in the embedding lookup).
+    if (kt.numWords <= 0 && static_cast<int64_t>(kt.words.size()) > m.vocabulary)
+        throw Error(kt.file, 0,
+            "the word index reaches id " + std::to_string(kt.words.size() - 1) + " but the model has "
+                + std::to_string(m.vocabulary) + " ids (its embedding's input_dim): is it this model's tokenizer?");
     // Ids the tokenizer can produce for this model: below the embedding size and num_words.
     const int64_t limit = kt.numWords > 0 ? std::min(m.vocabulary, kt.numWords) : m.vocabulary;
     const int64_t start = kerasId(kt, opt.startWord, limit, "start");
@@ -139,6 +145,8 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     }();
     r.notes.push_back(oov < 0 ? "the tokenizer has no oov_token: unknown words are left out, as Keras does"
                               : "unknown words become '" + *kt.oovToken + "' (<unk>)");
+    r.notes.push_back("replies never contain padding (id 0) or '" + opt.startWord
+        + "': where a plain argmax loop in Keras would emit padding, chatbench takes the best word instead");
 
     TrainConfig cfg = preset("seed");
     cfg.model.vocabSize = V;

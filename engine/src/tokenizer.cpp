@@ -9,7 +9,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <clocale>
+#include <cwctype>
+#include <locale.h>
 #include <map>
+#include <wctype.h>
 
 namespace chatbench {
 
@@ -28,6 +32,80 @@ std::string asciiLower(std::string s)
     return s;
 }
 
+// The code point at s[i] and its length in bytes; an invalid byte stands for itself (length 1, -1).
+std::pair<long, size_t> decodeAt(const std::string& s, size_t i)
+{
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > s.size()
+        || text::invalidUtf8Offset(std::string_view(s).substr(i, len)) != std::string_view::npos)
+        return { -1, 1 };
+    long cp = len == 1 ? b : b & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    return { cp, len };
+}
+
+void appendUtf8(std::string& out, long cp)
+{
+    if (cp < 0x80) {
+        out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+}
+
+// Lowercase as Python's str.lower (which Keras' Tokenizer calls): Unicode's case mapping from the
+// C library's UTF-8 tables, with str.lower's two context rules: U+0130 (İ) becomes "i̇", and a
+// capital sigma ending a word becomes ς. Bytes that are not UTF-8 stay as they are.
+std::string unicodeLower(const std::string& s)
+{
+    static const locale_t utf8 = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+    std::string out;
+    out.reserve(s.size());
+    bool prevCased = false;
+    for (size_t i = 0; i < s.size();) {
+        const auto [cp, len] = decodeAt(s, i);
+        if (cp < 0) {
+            out.push_back(s[i]);
+            ++i;
+            prevCased = false;
+            continue;
+        }
+        long lower = cp;
+        if (cp < 0x80)
+            lower = cp >= 'A' && cp <= 'Z' ? cp - 'A' + 'a' : cp;
+        else if (cp == 0x130)
+            lower = -0x130;
+        else if (cp == 0x3A3) {
+            const size_t next = i + len;
+            const long after = next < s.size() ? decodeAt(s, next).first : -1;
+            const bool nextCased = after > 0 && utf8 && ::iswalpha_l(static_cast<wint_t>(after), utf8);
+            lower = prevCased && !nextCased ? 0x3C2 : 0x3C3;
+        } else if (utf8)
+            lower = static_cast<long>(::towlower_l(static_cast<wint_t>(cp), utf8));
+        if (lower == -0x130) {
+            appendUtf8(out, 'i');
+            appendUtf8(out, 0x307);
+        } else {
+            appendUtf8(out, lower);
+        }
+        prevCased = utf8 && ::iswalpha_l(static_cast<wint_t>(cp), utf8);
+        i += len;
+    }
+    return out;
+}
+
 bool isWordByte(unsigned char b)
 {
     return std::isalnum(b) || b >= 0x80;
@@ -37,7 +115,9 @@ bool isWordByte(unsigned char b)
 
 std::vector<std::string> Tokenizer::split(const std::string& input) const
 {
-    const std::string s = asciiLower(input);
+    // Keras lowercases as Python does; chatbench's own mode keeps the ASCII lowercasing its
+    // vocabularies were built with.
+    const std::string s = m_options.mode == TokenizerMode::Keras ? unicodeLower(input) : asciiLower(input);
     std::vector<std::string> out;
     std::string cur;
     auto flush = [&] {
