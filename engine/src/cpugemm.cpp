@@ -97,11 +97,15 @@ void RecurrentProduct::accumulate(torch::Tensor& c, const torch::Tensor& a) cons
         return;
     }
     TORCH_CHECK(a.is_contiguous() && c.is_contiguous() && a.scalar_type() == torch::kFloat32
-            && c.scalar_type() == torch::kFloat32 && a.size(0) == m_m && a.size(1) == m_k && c.size(0) == m_m
+            && c.scalar_type() == torch::kFloat32 && a.size(0) <= m_m && a.size(1) == m_k && c.size(0) == a.size(0)
             && c.size(1) == m_n,
-        "RecurrentProduct: contiguous fp32 (M, K) rows into (M, N) as packed");
+        "RecurrentProduct: contiguous fp32 (rows ≤ M, K) into (rows, N) as packed");
+    const int rows = static_cast<int>(a.size(0));
+    if (rows == 0)
+        return;
+    // The packed weight is op(w)ᵀ (N, K) alone: any number of rows up to M uses it.
     const float one = 1.0f;
-    PackedGemm::get().compute("P", "N", &m_n, &m_m, &m_k, m_packed.data_ptr<float>(), &m_n, a.data_ptr<float>(), &m_k,
+    PackedGemm::get().compute("P", "N", &m_n, &rows, &m_k, m_packed.data_ptr<float>(), &m_n, a.data_ptr<float>(), &m_k,
         &one, c.data_ptr<float>(), &m_n);
 }
 

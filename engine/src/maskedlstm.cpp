@@ -3,7 +3,10 @@
 #include "cpugemm.h"
 #include "kernels.h"
 
+#include <algorithm>
+#include <numeric>
 #include <optional>
+#include <vector>
 
 namespace chatbench {
 
@@ -12,145 +15,222 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Inputs: x, h0, c0, wIh, wHh, bIh, bHh, mask ((T, B) bool on the CPU, or empty = every step real),
-// bf16 (every product on bf16 operands, fp32 sums). CPU, fp32, contiguous: the element loops are
-// kernels.cpp's.
+// Which rows each step runs. Rows are sorted by length, longest first, so that the rows still
+// running at step t are the first n[t]; the steps' rows are then stored one after the other
+// ("packed", as torch's PackedSequence does): step t's rows start at off[t]. No step computes a
+// row that has ended, so padding costs no products and no element passes.
+struct Packing {
+    int64_t B = 0, T = 0, N = 0; // rows, padded steps, real (row, step) pairs
+    std::vector<int64_t> order; // sorted position → row
+    std::vector<int64_t> n, off; // per step that runs: rows, and the first packed row (off has one more)
+    torch::Tensor orderT; // (B) order as a tensor
+    torch::Tensor flat; // (N) the row of a (B·T, ·) batch-first view for each packed row
+    // Rows of a (B + N, H) state buffer: rows 0..B hold the initial states (sorted), then the
+    // packed states after each step.
+    torch::Tensor prev; // (N) the state each packed row starts from
+    torch::Tensor last; // (B) each row's final state, in the rows' own order
+
+    static Packing make(const torch::Tensor& lengths, int64_t B, int64_t T)
+    {
+        Packing p;
+        p.B = B;
+        p.T = T;
+        std::vector<int64_t> len(static_cast<size_t>(B), T);
+        if (lengths.numel() > 0) { // empty: every row fills all T steps
+            const auto l = lengths.to(torch::kInt64).contiguous();
+            for (int64_t b = 0; b < B; ++b)
+                len[static_cast<size_t>(b)] = std::clamp<int64_t>(l.data_ptr<int64_t>()[b], 0, T);
+        }
+        p.order.resize(static_cast<size_t>(B));
+        std::iota(p.order.begin(), p.order.end(), int64_t(0));
+        std::stable_sort(p.order.begin(), p.order.end(),
+            [&](int64_t a, int64_t b) { return len[static_cast<size_t>(a)] > len[static_cast<size_t>(b)]; });
+        const int64_t steps = B > 0 ? len[static_cast<size_t>(p.order[0])] : 0;
+        p.off.push_back(0);
+        for (int64_t t = 0; t < steps; ++t) {
+            int64_t rows = 0;
+            while (rows < B && len[static_cast<size_t>(p.order[static_cast<size_t>(rows)])] > t)
+                ++rows;
+            p.n.push_back(rows);
+            p.off.push_back(p.off.back() + rows);
+        }
+        p.N = p.off.back();
+        const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+        p.orderT = torch::tensor(p.order, i64);
+        p.flat = torch::empty({ p.N }, i64);
+        p.prev = torch::empty({ p.N }, i64);
+        p.last = torch::empty({ B }, i64);
+        int64_t* flat = p.flat.data_ptr<int64_t>();
+        int64_t* prev = p.prev.data_ptr<int64_t>();
+        for (size_t t = 0; t < p.n.size(); ++t)
+            for (int64_t j = 0; j < p.n[t]; ++j) {
+                const int64_t row = p.off[t] + j;
+                flat[row] = p.order[static_cast<size_t>(j)] * T + static_cast<int64_t>(t);
+                prev[row] = t == 0 ? j : B + p.off[t - 1] + j;
+            }
+        int64_t* last = p.last.data_ptr<int64_t>();
+        for (int64_t j = 0; j < B; ++j) {
+            const int64_t l = len[static_cast<size_t>(p.order[static_cast<size_t>(j)])];
+            last[p.order[static_cast<size_t>(j)]] = l == 0 ? j : B + p.off[static_cast<size_t>(l - 1)] + j;
+        }
+        return p;
+    }
+
+    // The n[t] rows of a (B + N, ·) state buffer that step t starts from.
+    int64_t prevRow(size_t t) const { return t == 0 ? 0 : B + off[t - 1]; }
+};
+
+// Inputs: x, h0, c0, wIh, wHh, bIh, bHh, lengths ((B) int64 on the CPU, or empty = every row
+// fills all T steps), bf16 (every product on bf16 operands, fp32 sums). CPU, fp32, contiguous:
+// the element loops are kernels.cpp's.
 // Outputs: outputs (B, T, H), h (B, H), c (B, H).
 class MaskedLstmFunction : public torch::autograd::Function<MaskedLstmFunction> {
 public:
     static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& h0,
         const torch::Tensor& c0, const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh,
-        const torch::Tensor& bHh, const torch::Tensor& mask, bool bf16)
+        const torch::Tensor& bHh, const torch::Tensor& lengths, bool bf16)
     {
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const int64_t B = x.size(0), T = x.size(1), I = x.size(2), H = wHh.size(1);
-        const bool masked = mask.numel() > 0;
-        auto xt = x.transpose(0, 1).contiguous(); // (T, B, I)
+        const Packing p = Packing::make(lengths, B, T);
+        const int64_t N = p.N;
+        auto xp = x.contiguous().view({ B * T, I }).index_select(0, p.flat); // (N, I): the real steps only
         // tanh(z) = 2·sigmoid(2z) − 1: with the cell-candidate rows of the weights doubled, one
         // sigmoid pass over all four gates serves (lstmCell turns those back into tanh values).
         auto twice = torch::ones({ 4 * H, 1 }, x.options());
         twice.narrow(0, 2 * H, H).fill_(2.0);
         const auto bias = (bIh + bHh) * twice.squeeze(1);
-        // The input projection of every step at once: (T·B, I) × (I, 4H).
-        torch::Tensor gates; // (T, B, 4H) fp32
+        // The input projection of every real step at once: (N, I) × (I, 4H).
+        torch::Tensor gates; // (N, 4H) fp32
         std::optional<RecurrentProduct> recurrent; // fp32: gates += h · (2·wHh)ᵀ
-        torch::Tensor wHhB, hsB; // bf16: the recurrent weight and each step's h as operands
+        torch::Tensor wHhB, statesB; // bf16: the recurrent weight and the states as operands
+        auto states = torch::empty({ B + N, H }, x.options()); // initial states (sorted), then each step's h
+        auto cstates = torch::empty({ B + N, H }, x.options()); // the same for c
+        states.narrow(0, 0, B).copy_(h0.index_select(0, p.orderT));
+        cstates.narrow(0, 0, B).copy_(c0.index_select(0, p.orderT));
         if (bf16) {
-            xt = xt.to(torch::kBFloat16); // kept for dWih in the backward pass
-            gates = bias.expand({ T * B, 4 * H }).contiguous();
-            gemmBf16(xt.view({ T * B, I }), false, (wIh * twice).to(torch::kBFloat16), true, 1.0f, gates);
-            gates = gates.view({ T, B, 4 * H });
+            xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
+            gates = bias.expand({ N, 4 * H }).contiguous();
+            if (N > 0)
+                gemmBf16(xp, false, (wIh * twice).to(torch::kBFloat16), true, 1.0f, gates);
             wHhB = (wHh * twice).to(torch::kBFloat16);
-            hsB = torch::empty({ T + 1, B, H }, xt.options());
-            hsB[0].copy_(h0);
+            statesB = torch::empty({ B + N, H }, xp.options());
+            statesB.narrow(0, 0, B).copy_(states.narrow(0, 0, B));
         } else {
-            gates = at::addmm(bias, xt.view({ T * B, I }), (wIh * twice).t()).view({ T, B, 4 * H });
+            gates = at::addmm(bias, xp, (wIh * twice).t());
             recurrent.emplace(wHh * twice, /*transposed=*/true, B);
         }
-        auto hs = torch::empty({ T + 1, B, H }, x.options()); // hs[t] = state before step t
-        auto cs = torch::empty({ T + 1, B, H }, x.options());
-        auto tanhC = torch::empty({ T, B, H }, x.options()); // tanh of each step's new c
-        hs[0].copy_(h0);
-        cs[0].copy_(c0);
-        // Per-step views made once (indexing inside the loop costs more than the small steps).
-        const auto g = gates.unbind(0), h = hs.unbind(0), c = cs.unbind(0), tc = tanhC.unbind(0);
-        const bool* keep = masked ? mask.data_ptr<bool>() : nullptr; // (T, B): false past the row's length
-        for (int64_t t = 0; t < T; ++t) {
-            auto gt = g[t]; // (B, 4H): pre-activations, replaced by the activations i, f, g, o
-            if (bf16)
-                gemmBf16(hsB[t], false, wHhB, true, 1.0f, gt);
-            else
-                recurrent->accumulate(gt, h[t]);
+        auto tanhC = torch::empty({ N, H }, x.options()); // tanh of each step's new c
+        float* g = gates.data_ptr<float>();
+        float* hb = states.data_ptr<float>();
+        float* cb = cstates.data_ptr<float>();
+        float* tc = tanhC.data_ptr<float>();
+        for (size_t t = 0; t < p.n.size(); ++t) {
+            const int64_t n = p.n[t], at = p.off[t], from = p.prevRow(t);
+            auto gt = gates.narrow(0, at, n); // pre-activations, replaced by the activations i, f, g, o
+            if (bf16) {
+                gemmBf16(statesB.narrow(0, from, n), false, wHhB, true, 1.0f, gt);
+            } else {
+                recurrent->accumulate(gt, states.narrow(0, from, n));
+            }
             gt.sigmoid_();
-            const bool* k = keep ? keep + t * B : nullptr;
-            kernels::lstmCell(B, H, gt.data_ptr<float>(), c[t].data_ptr<float>(), k, c[t + 1].data_ptr<float>());
-            auto tct = tc[t];
-            at::tanh_out(tct, c[t + 1]);
-            kernels::lstmHidden(B, H, gt.data_ptr<float>(), tct.data_ptr<float>(), h[t].data_ptr<float>(), k,
-                h[t + 1].data_ptr<float>());
+            float* a = g + at * 4 * H;
+            kernels::lstmCell(n, H, a, cb + from * H, nullptr, cb + (B + at) * H);
+            auto tct = tanhC.narrow(0, at, n);
+            at::tanh_out(tct, cstates.narrow(0, B + at, n));
+            kernels::lstmHidden(n, H, a, tc + at * H, hb + from * H, nullptr, hb + (B + at) * H);
             if (bf16)
-                hsB[t + 1].copy_(h[t + 1]);
+                statesB.narrow(0, B + at, n).copy_(states.narrow(0, B + at, n));
         }
-        auto outputs = hs.narrow(0, 1, T); // (T, B, H)
-        if (masked)
-            outputs = outputs * mask.unsqueeze(2);
+        auto outputs = torch::zeros({ B * T, H }, x.options());
+        outputs.index_copy_(0, p.flat, states.narrow(0, B, N));
         // The backward pass reads the states only as operands of dWhh: bf16 keeps those.
-        ctx->save_for_backward({ xt, wIh, wHh, bf16 ? hsB : hs, cs, gates, tanhC, mask });
+        ctx->save_for_backward({ xp, wIh, wHh, bf16 ? statesB : states, cstates, gates, tanhC, p.flat, p.prev, p.orderT,
+            torch::tensor(p.n, torch::TensorOptions().dtype(torch::kInt64)) });
         ctx->saved_data["bf16"] = bf16;
-        return { outputs.transpose(0, 1), hs[T].clone(), cs[T].clone() };
+        ctx->saved_data["B"] = B;
+        ctx->saved_data["T"] = T;
+        return { outputs.view({ B, T, H }), states.index_select(0, p.last), cstates.index_select(0, p.last) };
     }
 
     static tensor_list backward(AutogradContext* ctx, tensor_list grads)
     {
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const bool bf16 = ctx->saved_data["bf16"].toBool();
+        const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt();
         const auto saved = ctx->get_saved_variables();
-        const auto &xt = saved[0], &wIh = saved[1], &wHh = saved[2], &hs = saved[3], &cs = saved[4], &acts = saved[5],
-                   &tanhC = saved[6], &mask = saved[7];
-        const int64_t T = xt.size(0), B = xt.size(1), I = xt.size(2), H = wHh.size(1);
-        const bool masked = mask.numel() > 0;
-        torch::Tensor gy; // (T, B, H), zero past each length
-        if (grads[0].defined()) {
-            gy = grads[0].transpose(0, 1);
-            if (masked)
-                gy = gy * mask.unsqueeze(2);
+        const auto &xp = saved[0], &wIh = saved[1], &wHh = saved[2], &states = saved[3], &cstates = saved[4],
+                   &acts = saved[5], &tanhC = saved[6], &flat = saved[7], &prev = saved[8], &orderT = saved[9],
+                   &nT = saved[10];
+        const int64_t N = xp.size(0), I = xp.size(1), H = wHh.size(1);
+        const int64_t steps = nT.numel();
+        std::vector<int64_t> n(static_cast<size_t>(steps)), off(static_cast<size_t>(steps) + 1, 0);
+        for (int64_t t = 0; t < steps; ++t) {
+            n[static_cast<size_t>(t)] = nT.data_ptr<int64_t>()[t];
+            off[static_cast<size_t>(t) + 1] = off[static_cast<size_t>(t)] + n[static_cast<size_t>(t)];
         }
-        const auto f32 = cs.options(); // xt and hs are bf16 in bf16 mode
-        auto dh = grads[1].defined() ? grads[1].contiguous().clone() : torch::zeros({ B, H }, f32);
-        auto dc = grads[2].defined() ? grads[2].contiguous().clone() : torch::zeros({ B, H }, f32);
-        auto dhKeep = torch::empty({ B, H }, f32);
-        auto dgates = torch::empty({ T, B, 4 * H }, f32); // (T, B, 4H)
-        const auto d = dgates.unbind(0);
-        std::vector<torch::Tensor> gys;
-        if (gy.defined())
-            gys = gy.unbind(0);
+        const auto f32 = cstates.options(); // xp and the states are bf16 in bf16 mode
+        torch::Tensor gy; // (N, H): the outputs' gradient at the real steps
+        if (grads[0].defined())
+            gy = grads[0].reshape({ B * T, H }).index_select(0, flat).contiguous();
+        // dh, dc per sorted row: the final state's gradient until the row's last step is reached
+        // going backwards, then the gradient with respect to the state before each step.
+        auto dh = grads[1].defined() ? grads[1].index_select(0, orderT).contiguous() : torch::zeros({ B, H }, f32);
+        auto dc = grads[2].defined() ? grads[2].index_select(0, orderT).contiguous() : torch::zeros({ B, H }, f32);
+        auto dgates = torch::empty({ N, 4 * H }, f32);
         std::optional<RecurrentProduct> recurrent; // fp32: dh += dgates · wHh
         torch::Tensor wHhB, dgatesB; // bf16: the recurrent weight and each step's dgates as operands
         if (bf16) {
             wHhB = wHh.to(torch::kBFloat16);
-            dgatesB = torch::empty({ T, B, 4 * H }, f32.dtype(torch::kBFloat16));
+            dgatesB = torch::empty({ N, 4 * H }, f32.dtype(torch::kBFloat16));
         } else {
             recurrent.emplace(wHh, /*transposed=*/false, B);
         }
         const float* a = acts.data_ptr<float>();
         const float* tcs = tanhC.data_ptr<float>();
-        const float* cprev = cs.data_ptr<float>();
-        const bool* keep = masked ? mask.data_ptr<bool>() : nullptr;
-        for (int64_t t = T - 1; t >= 0; --t) {
-            // dh, dc: gradients w.r.t. the state after step t (hs[t + 1], cs[t + 1]).
-            if (gy.defined())
-                dh.add_(gys[static_cast<size_t>(t)]);
-            kernels::lstmBackwardStep(B, H, dh.data_ptr<float>(), dc.data_ptr<float>(), a + t * B * 4 * H,
-                tcs + t * B * H, cprev + t * B * H, keep ? keep + t * B : nullptr, d[t].data_ptr<float>(),
-                dhKeep.data_ptr<float>());
-            dh.copy_(dhKeep); // (B, H): what passed by, plus what went through the recurrent product
+        const float* cb = cstates.data_ptr<float>();
+        const float* g = gy.defined() ? gy.data_ptr<float>() : nullptr;
+        float* dhp = dh.data_ptr<float>();
+        for (int64_t t = steps - 1; t >= 0; --t) {
+            const size_t ts = static_cast<size_t>(t);
+            const int64_t rows = n[ts], at = off[ts], from = t == 0 ? 0 : B + off[ts - 1];
+            if (g) // the output at step t is the state after it
+                for (int64_t k = 0; k < rows * H; ++k)
+                    dhp[k] += g[at * H + k];
+            // dh's active rows become 0 here (passed as the kernel's dhKeep), then take the
+            // recurrent product: the gradient with respect to the state before step t.
+            kernels::lstmBackwardStep(rows, H, dhp, dc.data_ptr<float>(), a + at * 4 * H, tcs + at * H, cb + from * H,
+                nullptr, dgates.data_ptr<float>() + at * 4 * H, dhp);
+            auto dhRows = dh.narrow(0, 0, rows);
             if (bf16) {
-                auto db16 = dgatesB[t];
-                db16.copy_(d[t]);
-                gemmBf16(db16, false, wHhB, false, 1.0f, dh);
+                auto db16 = dgatesB.narrow(0, at, rows);
+                db16.copy_(dgates.narrow(0, at, rows));
+                gemmBf16(db16, false, wHhB, false, 1.0f, dhRows);
             } else {
-                recurrent->accumulate(dh, d[t]);
+                recurrent->accumulate(dhRows, dgates.narrow(0, at, rows));
             }
         }
-        auto d2 = dgates.view({ T * B, 4 * H });
-        auto db = d2.sum(0); // (4H), the same for both biases
-        auto prev = hs.narrow(0, 0, T).reshape({ T * B, H }); // the state each step started from
-        torch::Tensor dWih, dWhh, dx;
-        if (bf16) { // the three products over all steps on bf16 operands, fp32 sums
-            const auto d2b = dgatesB.view({ T * B, 4 * H });
-            dWih = torch::empty({ 4 * H, I }, f32);
-            gemmBf16(d2b, true, xt.view({ T * B, I }), false, 0.0f, dWih);
-            dWhh = torch::empty({ 4 * H, H }, f32);
-            gemmBf16(d2b, true, prev, false, 0.0f, dWhh);
-            dx = torch::empty({ T * B, I }, f32);
-            gemmBf16(d2b, false, wIh.to(torch::kBFloat16), false, 0.0f, dx);
-            dx = dx.view({ T, B, I }).transpose(0, 1);
+        auto dh0 = torch::empty({ B, H }, f32).index_copy_(0, orderT, dh);
+        auto dc0 = torch::empty({ B, H }, f32).index_copy_(0, orderT, dc);
+        auto db = dgates.sum(0); // (4H), the same for both biases
+        const auto prevStates = states.index_select(0, prev); // (N, H): the state each step started from
+        torch::Tensor dWih, dWhh, dxp;
+        if (bf16) { // the three products over all real steps on bf16 operands, fp32 sums
+            dWih = torch::zeros({ 4 * H, I }, f32);
+            dWhh = torch::zeros({ 4 * H, H }, f32);
+            dxp = torch::empty({ N, I }, f32);
+            if (N > 0) {
+                gemmBf16(dgatesB, true, xp, false, 0.0f, dWih);
+                gemmBf16(dgatesB, true, prevStates, false, 0.0f, dWhh);
+                gemmBf16(dgatesB, false, wIh.to(torch::kBFloat16), false, 0.0f, dxp);
+            }
         } else {
-            dWih = at::mm(d2.t(), xt.view({ T * B, I })); // (4H, I)
-            dWhh = at::mm(d2.t(), prev); // (4H, H)
-            dx = at::mm(d2, wIh).view({ T, B, I }).transpose(0, 1); // (B, T, I)
+            dWih = at::mm(dgates.t(), xp); // (4H, I)
+            dWhh = at::mm(dgates.t(), prevStates); // (4H, H)
+            dxp = at::mm(dgates, wIh); // (N, I)
         }
-        return { dx, dh, dc, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor() };
+        auto dx = torch::zeros({ B * T, I }, f32).index_copy_(0, flat, dxp).view({ B, T, I });
+        return { dx, dh0, dc0, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor() };
     }
 };
 
@@ -161,15 +241,13 @@ MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0
     const torch::Tensor& lengths, torch::ScalarType gemmType)
 {
     TORCH_CHECK(gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "maskedLstmLayer: fp32 or bf16 products");
-    auto mask = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kBool)); // none
-    if (lengths.defined()) { // (T, B): true while step t is within row b's length
-        auto steps = torch::arange(x.size(1), lengths.options()).unsqueeze(1); // (T, 1)
-        mask = (steps < lengths.unsqueeze(0)).contiguous(); // (T, B)
-    }
+    TORCH_CHECK(!lengths.defined() || (lengths.dim() == 1 && lengths.size(0) == x.size(0) && lengths.device().is_cpu()),
+        "maskedLstmLayer: lengths (B) on the CPU");
     // fp32 in (its buffers and element loops are fp32), whatever a caller's autocast made of x.
-    const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
-    auto out
-        = MaskedLstmFunction::apply(f32(x), f32(h0), f32(c0), wIh, wHh, bIh, bHh, mask, gemmType == torch::kBFloat16);
+    const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); };
+    const auto all = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kInt64)); // every step real
+    auto out = MaskedLstmFunction::apply(
+        f32(x), f32(h0), f32(c0), wIh, wHh, bIh, bHh, lengths.defined() ? lengths : all, gemmType == torch::kBFloat16);
     return { out[0], out[1], out[2] };
 }
 

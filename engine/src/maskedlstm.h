@@ -1,12 +1,15 @@
 #pragma once
 // An LSTM layer for training on the CPU (private: Torch types), with its backward pass written
-// out, and variable lengths handled by freezing each sequence's state after its last real token.
+// out, and variable lengths handled as torch's packed sequences do: rows sorted by length, each
+// step runs only the rows still going, so padding costs nothing and each row's final state is
+// its true last step's.
 //
 // Why not torch::nn::LSTM: on the CPU a packed batch (the only way nn::LSTM returns the state at
 // each sequence's true end) runs a generic per-step path, and the padded oneDNN path cannot stop
 // at each length. Here the input projection of all steps is one matrix product, each step adds
-// one recurrent product and a few pointwise passes, and the backward pass runs the same steps in
-// reverse, leaving the weight gradients to one product each at the end. The maths is
+// one recurrent product and a few pointwise passes over its running rows, and the backward pass
+// runs the same steps in reverse, leaving the weight gradients to one product each at the end
+// (over the real steps only). The maths is
 // torch::nn::LSTM's (gate order i, f, g, o; two biases), checked against it forward and backward.
 //
 // bf16 (in hardware on CPUs with AVX512-BF16 or AMX, emulated elsewhere): every product (the input projection of all
