@@ -330,6 +330,9 @@ void TestCli::stopAndResume()
     const Run changed = cli({ "train", "--resume", "--run", run, "--hidden", "64", "--batch-size", "1" });
     QCOMPARE(changed.code, 1);
     QVERIFY2(changed.err.contains("--batch-size, --hidden cannot change"), qPrintable(changed.err));
+    const Run corpusOption = cli({ "train", "--resume", "--run", run, "--max-corpus-mb", "1000" });
+    QCOMPARE(corpusOption.code, 1); // it describes --corpus: without one it would be ignored
+    QVERIFY2(corpusOption.err.contains("--max-corpus-mb apply to --corpus"), qPrintable(corpusOption.err));
     // A closed terminal (SIGHUP) stops with a checkpoint too, as Ctrl-C does.
     const auto stepOf = [&] {
         QFile f(run + "/state.json");

@@ -30,6 +30,7 @@ private Q_SLOTS:
     void folderReadsEachFileOnce();
     void formatGuessIsNamedWhenWrong();
     void cornellDuplicateLineId();
+    void printableEscapesControls();
     void cornellFolder();
     void cornellMissingLine();
     void latin1Option();
@@ -399,6 +400,14 @@ void TestCorpus::formatGuessIsNamedWhenWrong()
     LoadOptions dialog;
     dialog.format = CorpusFormat::DialogText;
     QCOMPARE(loadCorpus(path, dialog).pairs.size(), size_t(1));
+}
+
+void TestCorpus::printableEscapesControls()
+{
+    // What error messages and the chat print: C0 and C1 controls, bidirectional overrides and
+    // bytes that are not UTF-8 as \xNN; every other character as it is.
+    QCOMPARE(printable("a\x1B[31m b\xC2\x9B c\xE2\x80\xAE d\xE2\x81\xA6 e\xFF caf\xC3\xA9 \xE2\x82\xAC"),
+        std::string("a\\x1B[31m b\\xC2\\x9B c\\xE2\\x80\\xAE d\\xE2\\x81\\xA6 e\\xFF caf\xC3\xA9 \xE2\x82\xAC"));
 }
 
 void TestCorpus::pairings()

@@ -159,6 +159,7 @@ private Q_SLOTS:
     void bucketingReducesPadding();
     void maskedLstmMatchesTorchLstm_data();
     void maskedLstmMatchesTorchLstm();
+    void maskedLstmPassesEmptyRowsThrough();
     void maskedModelTrainsLikeTorchModel_data();
     void maskedModelTrainsLikeTorchModel();
     void projectedLossMatchesLinearCrossEntropy_data();
@@ -427,6 +428,40 @@ void TestModel::maskedLstmMatchesTorchLstm()
         QVERIFY(close(out.outputs, yr) > 1e-6);
     if (lengths) // a row of length 1 keeps its state from step 2 on, and its later inputs get no gradient
         QCOMPARE(xm.grad()[1].narrow(0, 1, T - 1).abs().max().item<double>(), 0.0);
+}
+
+void TestModel::maskedLstmPassesEmptyRowsThrough()
+{
+    // A row of length 0 (torch's packing refuses those, so no reference there): no output, its
+    // final state is its initial one, and the gradients of the final state reach the initial
+    // state unchanged. The other rows are what they are in a batch without it.
+    torch::manual_seed(8);
+    const int64_t T = 4, I = 3, H = 5;
+    torch::nn::LSTM ref(torch::nn::LSTMOptions(I, H).batch_first(true));
+    auto p = ref->named_parameters();
+    auto run = [&](const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& len,
+                   const torch::Tensor& gy, const torch::Tensor& gh, const torch::Tensor& gc) {
+        auto xm = x.clone().requires_grad_(), hm = h0.clone().requires_grad_(), cm = c0.clone().requires_grad_();
+        const MaskedLstmOutput out
+            = maskedLstmLayer(xm, hm, cm, p["weight_ih_l0"], p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"], len);
+        ((out.outputs * gy).sum() + (out.h * gh).sum() + (out.c * gc).sum()).backward();
+        return std::vector<torch::Tensor> { out.outputs.detach(), out.h.detach(), out.c.detach(), xm.grad(), hm.grad(),
+            cm.grad() };
+    };
+    auto x = torch::randn({ 3, T, I }), h0 = torch::randn({ 3, H }), c0 = torch::randn({ 3, H });
+    auto gy = torch::randn({ 3, T, H }), gh = torch::randn({ 3, H }), gc = torch::randn({ 3, H });
+    const auto all = run(x, h0, c0, torch::tensor({ 4, 0, 2 }, torch::kInt64), gy, gh, gc);
+    QCOMPARE(all[0][1].abs().max().item<double>(), 0.0); // no output
+    QVERIFY(torch::equal(all[1][1], h0[1]) && torch::equal(all[2][1], c0[1])); // final = initial
+    QCOMPARE(all[3][1].abs().max().item<double>(), 0.0); // its inputs get no gradient
+    QVERIFY(torch::equal(all[4][1], gh[1]) && torch::equal(all[5][1], gc[1])); // passed straight through
+    const auto rows = torch::tensor({ 0, 2 }, torch::kInt64);
+    const auto two = run(x.index_select(0, rows), h0.index_select(0, rows), c0.index_select(0, rows),
+        torch::tensor({ 4, 2 }, torch::kInt64), gy.index_select(0, rows), gh.index_select(0, rows),
+        gc.index_select(0, rows));
+    for (size_t k = 0; k < all.size(); ++k)
+        QVERIFY2(
+            (all[k].index_select(0, rows) - two[k]).abs().max().item<double>() < 1e-6, qPrintable(QString::number(k)));
 }
 
 void TestModel::maskedModelTrainsLikeTorchModel_data()

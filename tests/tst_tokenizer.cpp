@@ -35,6 +35,7 @@ private Q_SLOTS:
     void roundTrip();
     void unknownWords();
     void saveLoad();
+    void oldVocabulariesKeepAsciiLowercasing();
     void loadRejectsBadFiles_data();
     void loadRejectsBadFiles();
     void oov();
@@ -154,6 +155,31 @@ void TestTokenizer::saveLoad()
     for (int64_t i = 0; i < tok.size(); ++i)
         QCOMPARE(back.word(i), tok.word(i));
     QCOMPARE(back.encode("two, five!").ids, tok.encode("two, five!").ids);
+}
+
+void TestTokenizer::oldVocabulariesKeepAsciiLowercasing()
+{
+    // A Keras-mode vocabulary saved before the lowercasing was recorded was built with ASCII
+    // lowercasing: it keeps it (its "CAFÉ" stays "cafÉ"), while a new one lowercases as Python.
+    QTemporaryDir dir;
+    const Tokenizer fresh = Tokenizer::build(pairs({ { "CAF\xC3\x89 ok", "fine" } }), {});
+    QCOMPARE(fresh.split("CAF\xC3\x89"), std::vector<std::string> { "caf\xC3\xA9" });
+    const std::string path = dir.filePath("vocab.json").toStdString();
+    fresh.save(path);
+    QVERIFY(Tokenizer::load(path).options().unicodeLowercase);
+    QFile f(QString::fromStdString(path));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QByteArray json = f.readAll();
+    f.close();
+    QVERIFY(json.contains("\"lowercase\": \"unicode\""));
+    json.replace("\"lowercase\": \"unicode\",", "");
+    testutil::writeFile(dir, "vocab.json", json);
+    const Tokenizer old = Tokenizer::load(path);
+    QVERIFY(!old.options().unicodeLowercase);
+    QCOMPARE(old.split("CAF\xC3\x89"), std::vector<std::string> { "caf\xC3\x89" });
+    json.replace("\"tokens\"", "\"lowercase\": \"turkish\", \"tokens\"");
+    testutil::writeFile(dir, "vocab.json", json);
+    QVERIFY_THROWS_EXCEPTION(Error, Tokenizer::load(path));
 }
 
 void TestTokenizer::loadRejectsBadFiles_data()

@@ -867,6 +867,10 @@ void TestTraining::foreignFolderIsNeverOverwritten()
     }
     QVERIFY(QDir().mkpath(dir.filePath("empty")));
     QCOMPARE(train(cfg, smallCorpus(), dir.filePath("empty").toStdString()).status, TrainStatus::Finished);
+    // A start killed inside its very first save leaves only a temporary file: not a stranger's.
+    testutil::writeFile(dir, "killed/.config.json.tmp-77", "{\"format\": \"chatbench-config\"");
+    QCOMPARE(train(cfg, smallCorpus(), dir.filePath("killed").toStdString()).status, TrainStatus::Finished);
+    QVERIFY(!QFile::exists(dir.filePath("killed/.config.json.tmp-77")));
     QVERIFY_THROWS_EXCEPTION(Error, train(cfg, smallCorpus(), ""));
     // config.json is UTF-8: a corpus path that is not (file names are bytes) is refused before
     // the folder is made, not written as an exception from the JSON library.

@@ -110,11 +110,15 @@ int run(BenchArgs a)
         std::cerr << "\r\033[K";
     if (!a.out.empty()) {
         std::ofstream f(a.out);
-        f << toJson(r);
-        f.close();
+        int err = f ? 0 : errno; // the reason the open failed, before anything else sets errno
+        if (f) {
+            f << toJson(r);
+            f.close();
+            err = f ? 0 : errno;
+        }
         if (!f)
             throw Error(a.out, 0,
-                std::string("cannot write the report: ") + std::strerror(errno)
+                std::string("cannot write the report") + (err ? std::string(": ") + std::strerror(err) : std::string())
                     + (std::filesystem::is_directory(a.out) ? " (it is a folder; give a file name)" : ""));
     }
     if (a.json) {

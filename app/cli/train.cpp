@@ -196,15 +196,26 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     cmd->callback([a, cmd, &exitCode] {
         if (a->resume) {
             // What config.json fixes cannot change on resume: refused rather than ignored.
-            static const std::set<std::string> kept { "--corpus", "--format", "--latin1", "--pairing", "--strict",
-                "--verbose", "--max-corpus-mb", "--run", "--resume", "--quiet", "--epochs" };
-            std::string given;
-            for (const CLI::Option* o : cmd->get_options())
-                if (o->count() > 0 && !kept.count(o->get_name()))
+            // The corpus options describe --corpus; the run's own corpus is read as config.json says.
+            static const std::set<std::string> corpusOptions { "--format", "--latin1", "--pairing", "--strict",
+                "--verbose", "--max-corpus-mb" };
+            static const std::set<std::string> kept { "--corpus", "--run", "--resume", "--quiet", "--epochs" };
+            std::string given, withoutCorpus;
+            for (const CLI::Option* o : cmd->get_options()) {
+                if (o->count() == 0 || kept.count(o->get_name()))
+                    continue;
+                if (!corpusOptions.count(o->get_name()))
                     given += (given.empty() ? "" : ", ") + o->get_name();
+                else if (a->corpus.empty())
+                    withoutCorpus += (withoutCorpus.empty() ? "" : ", ") + o->get_name();
+            }
             if (!given.empty())
                 throw Error("--resume continues the run with the settings in its config.json; " + given
-                    + " cannot change there (only --epochs and the corpus options can)");
+                    + " cannot change there (only --epochs and, with --corpus, the corpus options can)");
+            if (!withoutCorpus.empty())
+                throw Error(withoutCorpus
+                    + " apply to --corpus; without it the run's own corpus is read as its config.json says (give "
+                      "--corpus with the same file to read it otherwise)");
         }
         exitCode = run(*a);
     });

@@ -299,8 +299,9 @@ void requireNewRunFolder(const std::string& runDir)
     std::vector<std::string> names;
     std::error_code ec;
     for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec))
-        if (const std::string name = it->path().filename().string(); name != ".lock")
-            names.push_back(name);
+        if (const std::string name = it->path().filename().string();
+            name != ".lock" && !(name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos))
+            names.push_back(name); // the lock and dead writers' temporary files (the lock removes those) are ours
     if (names.empty())
         return;
     std::sort(names.begin(), names.end());

@@ -59,9 +59,6 @@ void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>&
 void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& rows);
 void keepRunSteps(const std::string& runDir, int64_t upToStep);
 
-// One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
-// released by the system when the process ends, killed or not. Taking it removes temporary files
-// that writers killed mid-save left behind. Throws Error "in use by process N" when held.
 class Tokenizer;
 struct TrainConfig;
 
@@ -69,11 +66,15 @@ struct TrainConfig;
 // and its size unless a resume is about to rebuild the model from it.
 void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const TrainConfig& cfg, bool size);
 
-// For a new run (training or an import) in `runDir`, under its lock: refuses a folder that holds
+// For a new run (training or an import) in `runDir`, before its lock is taken and again under it:
+// refuses a folder that holds
 // anything but a run killed before its first checkpoint (recognised by its own config.json; its
 // files are replaced). Another program's files are never overwritten.
 void requireNewRunFolder(const std::string& runDir);
 
+// One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
+// released by the system when the process ends, killed or not. Taking it removes temporary files
+// that writers killed mid-save left behind. Throws Error "in use by process N" when held.
 class RunLock {
 public:
     explicit RunLock(const std::string& runDir);

@@ -209,7 +209,18 @@ std::string printable(std::string_view s)
         } else {
             const size_t len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
             const std::string_view seq = s.substr(i, len);
-            if (len > 1 && seq.size() == len && text::invalidUtf8Offset(seq) == std::string_view::npos) {
+            // C1 controls (U+0080–U+009F: 0xC2 0x80–0x9F) and the bidirectional overrides and
+            // isolates (U+202A–U+202E, U+2066–U+2069) act on a terminal or reorder text: escaped.
+            const auto b1 = seq.size() > 1 ? static_cast<unsigned char>(seq[1]) : 0;
+            const auto b2 = seq.size() > 2 ? static_cast<unsigned char>(seq[2]) : 0;
+            const bool control = (b == 0xC2 && b1 >= 0x80 && b1 <= 0x9F)
+                || (b == 0xE2 && b1 == 0x80 && b2 >= 0xAA && b2 <= 0xAE)
+                || (b == 0xE2 && b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
+            if (control) {
+                for (char ch : seq)
+                    escape(static_cast<unsigned char>(ch));
+                i += len;
+            } else if (len > 1 && seq.size() == len && text::invalidUtf8Offset(seq) == std::string_view::npos) {
                 out += seq;
                 i += len;
             } else {

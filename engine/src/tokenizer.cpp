@@ -70,7 +70,10 @@ void appendUtf8(std::string& out, long cp)
 // capital sigma ending a word becomes ς. Bytes that are not UTF-8 stay as they are.
 std::string unicodeLower(const std::string& s)
 {
-    static const locale_t utf8 = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+    static const locale_t utf8 = [] {
+        locale_t l = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+        return l ? l : ::newlocale(LC_CTYPE_MASK, "C.utf8", static_cast<locale_t>(nullptr));
+    }();
     std::string out;
     out.reserve(s.size());
     bool prevCased = false;
@@ -83,6 +86,8 @@ std::string unicodeLower(const std::string& s)
             continue;
         }
         long lower = cp;
+        if (cp >= 0x80 && !utf8) // never a different tokenization on a machine without the tables
+            throw Error("this system has no C.UTF-8 locale: non-ASCII words cannot be lowercased as Keras does");
         if (cp < 0x80)
             lower = cp >= 'A' && cp <= 'Z' ? cp - 'A' + 'a' : cp;
         else if (cp == 0x130)
@@ -115,9 +120,10 @@ bool isWordByte(unsigned char b)
 
 std::vector<std::string> Tokenizer::split(const std::string& input) const
 {
-    // Keras lowercases as Python does; chatbench's own mode keeps the ASCII lowercasing its
-    // vocabularies were built with.
-    const std::string s = m_options.mode == TokenizerMode::Keras ? unicodeLower(input) : asciiLower(input);
+    // Keras lowercases as Python does; vocabularies saved before that was recorded (and the
+    // punctuation mode) keep the ASCII lowercasing they were built with.
+    const std::string s = m_options.mode == TokenizerMode::Keras && m_options.unicodeLowercase ? unicodeLower(input)
+                                                                                               : asciiLower(input);
     std::vector<std::string> out;
     std::string cur;
     auto flush = [&] {
@@ -253,6 +259,7 @@ void Tokenizer::save(const std::string& path) const
     j["min_frequency"] = m_options.minFrequency;
     j["max_size"] = m_options.maxSize;
     j["drop_unknown"] = m_options.dropUnknown;
+    j["lowercase"] = m_options.unicodeLowercase ? "unicode" : "ascii";
     j["tokens"] = m_words;
     writeFileAtomic(path, j.dump(1));
 }
@@ -271,6 +278,10 @@ Tokenizer Tokenizer::load(const std::string& path)
         tok.m_options.minFrequency = j.at("min_frequency").get<int>();
         tok.m_options.maxSize = j.at("max_size").get<int>();
         tok.m_options.dropUnknown = j.value("drop_unknown", false);
+        const std::string lowercase = j.value("lowercase", "ascii"); // absent: saved before Unicode lowercasing
+        if (lowercase != "ascii" && lowercase != "unicode")
+            throw Error(path, 0, "lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'");
+        tok.m_options.unicodeLowercase = lowercase == "unicode";
         tok.m_words = j.at("tokens").get<std::vector<std::string>>();
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, std::string("bad vocabulary: ") + e.what());

@@ -298,8 +298,9 @@ std::string absoluteCorpusPath(const std::string& path)
     std::error_code ec;
     if (path.empty() || !fs::exists(path, ec))
         return path;
-    const fs::path abs = fs::absolute(path, ec);
-    return ec ? path : abs.lexically_normal().string();
+    const std::string abs = fs::absolute(path, ec).lexically_normal().string();
+    // config.json is UTF-8: under a working folder whose name is not, the path stays as given.
+    return ec || text::invalidUtf8Offset(abs) != std::string::npos ? path : abs;
 }
 
 } // namespace
@@ -370,6 +371,9 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
         // own, and training from here is fine-tuning.
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+        if (text::invalidUtf8Offset(corpus.path) != std::string::npos)
+            throw Error(
+                "the corpus path '" + printable(corpus.path) + "' is not valid UTF-8; rename the file or folder");
         s.cfg.corpus = absoluteCorpusPath(corpus.path);
         s.cfg.corpusFormat = corpus.format;
         s.cfg.pairing = corpus.pairing;

@@ -25,6 +25,9 @@ struct TokenizerOptions {
     // Unknown words are left out of the ids instead of becoming <unk> (a Keras Tokenizer made
     // without oov_token does this; imported Keras models keep its behaviour).
     bool dropUnknown = false;
+    // Keras mode: lowercase as Python's str.lower (every script), as Keras' Tokenizer does. false:
+    // ASCII letters only, as vocabularies saved before this was recorded were built.
+    bool unicodeLowercase = true;
 };
 
 struct Encoded {
