@@ -4,6 +4,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -191,16 +192,20 @@ public:
         const float* cb = cstates.data_ptr<float>();
         const float* g = gy.defined() ? gy.data_ptr<float>() : nullptr;
         float* dhp = dh.data_ptr<float>();
+        auto scratch = torch::empty({ B, H }, f32);
         for (int64_t t = steps - 1; t >= 0; --t) {
             const size_t ts = static_cast<size_t>(t);
             const int64_t rows = n[ts], at = off[ts], from = t == 0 ? 0 : B + off[ts - 1];
             if (g) // the output at step t is the state after it
                 for (int64_t k = 0; k < rows * H; ++k)
                     dhp[k] += g[at * H + k];
-            // dh's active rows become 0 here (passed as the kernel's dhKeep), then take the
-            // recurrent product: the gradient with respect to the state before step t.
+            // Then dh's active rows become the gradient with respect to the state before step t:
+            // zero, plus the recurrent product. (The kernel's dhKeep output, all zeros for active
+            // rows, goes to a scratch buffer: passing dh itself would make the compiler's
+            // overlap check fall back to a scalar loop.)
             kernels::lstmBackwardStep(rows, H, dhp, dc.data_ptr<float>(), a + at * 4 * H, tcs + at * H, cb + from * H,
-                nullptr, dgates.data_ptr<float>() + at * 4 * H, dhp);
+                nullptr, dgates.data_ptr<float>() + at * 4 * H, scratch.data_ptr<float>());
+            std::memset(dhp, 0, sizeof(float) * static_cast<size_t>(rows * H));
             auto dhRows = dh.narrow(0, 0, rows);
             if (bf16) {
                 auto db16 = dgatesB.narrow(0, at, rows);
