@@ -426,6 +426,15 @@ void TestKeras::unsupportedModelsAreNamed()
     json dangling = config;
     layerNamed(dangling, "decoder_dense")["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0] = "nowhere";
     expectError(dangling, "dangling", { "'nowhere'" });
+    // Configs of models Keras itself built (TensorFlow 2.21; unsupported/*.config.json): the
+    // error names the layer that makes each unsupported, not only a neighbour of it.
+    const std::string made = kFixtures + "unsupported/";
+    expectError(
+        readJson(made + "bidir.config.json"), "bidir", { "'enc_bi' is Bidirectional", "'cat_h' (Concatenate)" });
+    expectError(readJson(made + "attention.config.json"), "attention", { "attention layer 'attn' (Attention)" });
+    expectError(readJson(made + "stacked_top.config.json"), "stacked-top",
+        { "'dec1' and 'dec2' both start from encoder LSTM 'enc2'" });
+    expectError(readJson(made + "nested.config.json"), "nested", { "'functional_4' (Functional)" });
 }
 
 void TestKeras::badTokenizers()

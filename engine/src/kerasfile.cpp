@@ -458,6 +458,14 @@ public:
         return it->second;
     }
     const Layer& output() const { return layer(m_output); }
+    // The first layer whose class name contains `part` ("Attention", "Bidirectional"), or null.
+    const Layer* find(const std::string& part) const
+    {
+        for (const auto& [name, l] : m_layers)
+            if (l.type.find(part) != std::string::npos)
+                return &l;
+        return nullptr;
+    }
 
     // The layer feeding `l`'s main input, looking through Dropout layers (no effect when answering).
     const Layer& mainInput(const Layer& l, std::vector<std::string>& notes) const
@@ -594,13 +602,27 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
     while (cur->type == "LSTM") {
         checkLstm(file, *cur);
         if (cur->states.size() != 2 || cur->states[0].layer != cur->states[1].layer || cur->states[0].tensor != 1
-            || cur->states[1].tensor != 2)
+            || cur->states[1].tensor != 2) {
+            // Name where its state comes from, and a layer kind that explains it.
+            std::string from;
+            if (!cur->states.empty()) {
+                const Layer& src = g.layer(cur->states[0].layer);
+                from = " (its initial_state comes from layer '" + src.name + "' (" + src.type + "))";
+            }
+            if (const Layer* bi = g.find("Bidirectional"))
+                from += "; the encoder '" + bi->name + "' is Bidirectional, which is not supported";
             throw Error(file, 0,
                 "decoder LSTM '" + cur->name
-                    + "' is not started from an encoder LSTM's [state_h, state_c] (initial_state); " + kSupported);
+                    + "' is not started from an encoder LSTM's [state_h, state_c] (initial_state)" + from + "; "
+                    + kSupported);
+        }
         if (!cur->config.value("return_sequences", false))
             unsupported(file, *cur, "has return_sequences = false inside the decoder");
         const Layer& e = g.layer(cur->states[0].layer);
+        if (std::find(enc.begin(), enc.end(), &e) != enc.end())
+            throw Error(file, 0,
+                "decoder LSTMs '" + cur->name + "' and '" + dec.front()->name + "' both start from encoder LSTM '"
+                    + e.name + "'; chatbench needs decoder layer k started from encoder layer k");
         checkLstm(file, e);
         if (!e.config.value("return_state", false))
             unsupported(file, e, "hands its states to the decoder but has return_state = false");
@@ -613,8 +635,14 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
             unsupported(file, *cur, "reads a state of the layer below instead of its sequence");
         cur = &below;
     }
-    if (dec.empty())
-        unsupported(file, *cur, "feeds the output; the recipe's Dense reads a decoder LSTM");
+    if (dec.empty()) {
+        const Layer* attention = g.find("Attention");
+        unsupported(file, *cur,
+            "feeds the output; the recipe's Dense reads a decoder LSTM"
+                + (attention ? "; the model has an attention layer '" + attention->name + "' (" + attention->type
+                            + "), which is not supported"
+                             : std::string()));
+    }
     checkEmbedding(file, *cur);
     const Layer& decEmb = *cur;
     if (g.mainInput(decEmb, notes).type != "InputLayer")
