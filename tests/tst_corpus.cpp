@@ -150,6 +150,13 @@ void TestCorpus::badInputs_data()
     for (int i = 0; i < 600; ++i)
         deep += QByteArray(i, ' ') + "-\n";
     QTest::newRow("yaml-too-deep") << "deep.yml" << deep << 500L << "nested more than 500 levels deep" << 0;
+    // yaml-cpp's LoadAll used to allocate empty documents without end on these (found by fuzzing).
+    QTest::newRow("yaml-leading-comma")
+        << "c.yml" << QByteArray(",onversations:\n- - hello\n  - hi\n---\nconversations:\n- - foo\n  - bar\n") << 1L
+        << "a document cannot start with ','" << 0;
+    QTest::newRow("yaml-comma-after-document")
+        << "c2.yml" << QByteArray("conversations:\n- - hello\n  - hi\n---\n, x\n") << 5L
+        << "a document cannot start with ','" << 0;
     QTest::newRow("jsonl-array") << "a.jsonl" << QByteArray("[\"hello\", \"hi\"]\n") << 1L << "not a JSON array" << 0;
     QTest::newRow("jsonl-spread-document")
         << "s.json" << QByteArray("{\n  \"prompt\": \"a\",\n  \"response\": \"b\"\n}\n") << 1L << "spread over lines"

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -129,6 +131,40 @@ long yamlStrayByte(const std::string& text, std::string& what)
     return text::lineOfOffset(text, std::min(bom, nul));
 }
 
+// The start of every document, from the parser's events alone (no nodes are built).
+class YamlDocumentStarts : public YAML::EventHandler {
+public:
+    std::vector<YAML::Mark> starts;
+    void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+    void OnDocumentEnd() override { }
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override { }
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override { }
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { }
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { }
+    void OnSequenceEnd() override { }
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { }
+    void OnMapEnd() override { }
+};
+
+// yaml-cpp (0.7) does not consume a ',' that opens a document: it reports an empty document
+// there and starts the next one at the same place, so LoadAll allocates empty documents until
+// memory runs out. One pass over the parser's events finds such a document first.
+void checkYamlDocumentsAdvance(const std::string& file, const std::string& text)
+{
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    YamlDocumentStarts docs;
+    while (parser.HandleNextDocument(docs)) {
+        const size_t n = docs.starts.size();
+        if (n >= 2 && docs.starts[n - 1].pos == docs.starts[n - 2].pos) {
+            const auto pos = static_cast<size_t>(std::max(0, docs.starts[n - 1].pos));
+            const std::string what
+                = pos < text.size() ? "'" + printable(std::string_view(text).substr(pos, 1)) + "'" : "this token";
+            throw Error(file, docs.starts[n - 1].line + 1, "YAML: a document cannot start with " + what);
+        }
+    }
+}
+
 void loadYamlFile(Loader& L, const std::string& file)
 {
     const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
@@ -139,6 +175,7 @@ void loadYamlFile(Loader& L, const std::string& file)
         throw Error(file, line, stray);
     std::vector<YAML::Node> docs;
     try {
+        checkYamlDocumentsAdvance(file, text);
         docs = YAML::LoadAll(text);
     } catch (const YAML::DeepRecursion& e) {
         throw Error(file, e.mark.line + 1,
