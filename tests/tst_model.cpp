@@ -172,6 +172,8 @@ private Q_SLOTS:
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
     void rowSliceIsTheBatchOfThoseRows();
+    void stepInPartsMatchesOnePass_data();
+    void stepInPartsMatchesOnePass();
     void gradientTimesInputMatchesTheEmbeddingGradient();
     void outOfMemoryBacksOffToSmallerPasses();
     void outOfMemoryAtOnePairIsAnError();
@@ -756,6 +758,74 @@ void TestModel::rowSliceIsTheBatchOfThoseRows()
         QVERIFY(torch::equal(part.mask, ref.mask));
         QCOMPARE(part.tokens, ref.tokens);
     }
+    for (auto [first, step] : { std::pair<size_t, size_t> { 0, 2 }, { 1, 2 }, { 2, 3 }, { 6, 4 } }) {
+        const Batch part = rowStride(whole, static_cast<int64_t>(first), static_cast<int64_t>(step));
+        std::vector<size_t> rows;
+        for (size_t r = first; r < 7; r += step)
+            rows.push_back(r);
+        const Batch ref = collate(ex, rows, torch::kCPU);
+        QVERIFY(torch::equal(part.source, ref.source));
+        QVERIFY(torch::equal(part.lengths, ref.lengths));
+        QVERIFY(torch::equal(part.input, ref.input));
+        QVERIFY(torch::equal(part.target, ref.target));
+        QVERIFY(torch::equal(part.mask, ref.mask));
+        QCOMPARE(part.tokens, ref.tokens);
+    }
+}
+
+void TestModel::stepInPartsMatchesOnePass_data()
+{
+    QTest::addColumn<bool>("rmsprop"); // the fused clip + RMSprop update, or Adam through torch::optim
+    QTest::newRow("adam") << false;
+    QTest::newRow("rmsprop-clip") << true;
+}
+
+// A CPU step on two cores runs the batch as two row slices side by side (every other row each);
+// its update is the one-pass update up to rounding, and the same every time.
+void TestModel::stepInPartsMatchesOnePass()
+{
+    QFETCH(bool, rmsprop);
+    TrainConfig cfg = tinyTraining();
+    if (rmsprop) {
+        cfg.optimizer = OptimizerKind::RMSprop;
+        cfg.learningRate = 1e-3;
+        cfg.clipNorm = 0.05; // small enough to clip
+    }
+    const auto ex = variedExamples(21);
+    const Batch batch = collate(ex, range(0, 21), torch::kCPU);
+    const int threadsBefore = at::get_num_threads();
+    auto stepWith = [&](int threads) {
+        at::set_num_threads(threads);
+        Stepper s = makeStepper(cfg, torch::kCPU, Precision::FP32);
+        const int64_t parts = stepParts(s, batch);
+        std::vector<double> losses;
+        for (int i = 0; i < 3; ++i)
+            losses.push_back(trainStep(s, batch).lossSum);
+        return std::make_tuple(std::move(s), parts, losses);
+    };
+    auto [one, onePart, oneLoss] = stepWith(1);
+    auto [two, twoParts, twoLoss] = stepWith(2);
+    auto [again, againParts, againLoss] = stepWith(2);
+    auto [three, threeParts, threeLoss] = stepWith(3);
+    at::set_num_threads(threadsBefore);
+    QCOMPARE(onePart, int64_t(1));
+    QCOMPARE(twoParts, int64_t(2));
+    QCOMPARE(threeParts, int64_t(2)); // at least 8 rows a slice
+    for (size_t i = 0; i < oneLoss.size(); ++i) {
+        QVERIFY2(std::abs(twoLoss[i] - oneLoss[i]) < 1e-5 * std::abs(oneLoss[i]),
+            qPrintable(QString("step %1: %2 vs %3").arg(i).arg(twoLoss[i]).arg(oneLoss[i])));
+        QCOMPARE(againLoss[i], twoLoss[i]); // bit for bit
+    }
+    QVERIFY(weightsWithin(one, two, 1e-5));
+    QVERIFY(sameTensors(copies(two.model->parameters()), copies(again.model->parameters())));
+
+    // A step that draws random numbers (dropout) stays in one pass: slices would race for them.
+    TrainConfig noisy = cfg;
+    noisy.model.dropout = 0.1;
+    at::set_num_threads(2);
+    const Stepper d = makeStepper(noisy, torch::kCPU, Precision::FP32);
+    QCOMPARE(stepParts(d, batch), int64_t(1));
+    at::set_num_threads(threadsBefore);
 }
 
 void TestModel::outOfMemoryBacksOffToSmallerPasses()

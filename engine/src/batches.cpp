@@ -1,6 +1,7 @@
 #include "batches.h"
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 namespace chatbench {
@@ -125,21 +126,37 @@ Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& i
     return batch;
 }
 
-Batch rowSlice(const Batch& batch, int64_t begin, int64_t end)
+namespace {
+
+// The rows `pick` makes of each (B, ·) tensor, with the padding trimmed to their own longest
+// prompt and response.
+Batch trimmedRows(const Batch& batch, const std::function<torch::Tensor(const torch::Tensor&)>& pick)
 {
     Batch part;
-    part.lengths = batch.lengths.slice(0, begin, end);
+    part.lengths = pick(batch.lengths);
     const int64_t S = std::max<int64_t>(1, part.lengths.max().item<int64_t>());
-    part.mask = batch.mask.slice(0, begin, end);
+    part.mask = pick(batch.mask);
     const auto perRow = part.mask.sum(1);
     part.tokens = perRow.sum().item<int64_t>();
     // Targets are left-aligned, so a row's real tokens are its first ones.
     const int64_t T = std::max<int64_t>(1, perRow.max().item<int64_t>());
     part.mask = part.mask.slice(1, 0, T);
-    part.source = batch.source.slice(0, begin, end).slice(1, 0, S);
-    part.input = batch.input.slice(0, begin, end).slice(1, 0, T);
-    part.target = batch.target.slice(0, begin, end).slice(1, 0, T);
+    part.source = pick(batch.source).slice(1, 0, S);
+    part.input = pick(batch.input).slice(1, 0, T);
+    part.target = pick(batch.target).slice(1, 0, T);
     return part;
+}
+
+} // namespace
+
+Batch rowSlice(const Batch& batch, int64_t begin, int64_t end)
+{
+    return trimmedRows(batch, [&](const torch::Tensor& t) { return t.slice(0, begin, end); });
+}
+
+Batch rowStride(const Batch& batch, int64_t first, int64_t step)
+{
+    return trimmedRows(batch, [&](const torch::Tensor& t) { return t.slice(0, first, std::nullopt, step); });
 }
 
 } // namespace chatbench

@@ -46,4 +46,8 @@ Batch collate(const std::vector<Example>& examples, const std::vector<size_t>& i
 // (a pass over fewer pairs when a whole batch does not fit in device memory).
 Batch rowSlice(const Batch& batch, int64_t begin, int64_t end);
 
+// Rows first, first + step, first + 2·step, … of a batch, its padding trimmed the same way (one
+// of `step` slices of similar lengths: a batch's rows are ordered by length).
+Batch rowStride(const Batch& batch, int64_t first, int64_t step);
+
 } // namespace chatbench

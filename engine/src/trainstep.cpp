@@ -8,8 +8,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <functional>
 
 namespace chatbench {
@@ -165,6 +168,114 @@ bool fusedClipRmsprop(Stepper& s)
     return true;
 }
 
+// Runs the calling thread's ATen and MKL work on one core while it lives: OpenMP's and MKL's
+// thread-local settings, looked up at run time (a LibTorch without MKL has only OpenMP's).
+class OneCore {
+public:
+    OneCore()
+    {
+        if (api().ompSet && api().ompGet) {
+            m_omp = api().ompGet();
+            api().ompSet(1);
+        }
+        if (api().mklLocal)
+            api().mklLocal(1);
+    }
+    ~OneCore()
+    {
+        if (m_omp > 0)
+            api().ompSet(m_omp);
+        if (api().mklLocal)
+            api().mklLocal(0); // back to the process-wide setting
+    }
+    OneCore(const OneCore&) = delete;
+    OneCore& operator=(const OneCore&) = delete;
+
+private:
+    struct Api {
+        void (*ompSet)(int) = nullptr;
+        int (*ompGet)() = nullptr;
+        int (*mklLocal)(int) = nullptr;
+    };
+    static const Api& api()
+    {
+        static const Api a = [] {
+            Api x;
+            x.ompSet = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+            x.ompGet = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+            x.mklLocal = reinterpret_cast<int (*)(int)>(::dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+            return x;
+        }();
+        return a;
+    }
+    int m_omp = 0;
+};
+
+} // namespace
+
+// At B = 50 on two cores the LSTM steps' element loops, the small operations and their dispatch,
+// which run on one core while the other waits, are each half as long and run at once. Only where
+// a step draws no random numbers (no dropout, teacher forcing throughout), so the slices cannot
+// race for the generator, and on the CPU's own LSTM layer.
+int64_t stepParts(const Stepper& s, const Batch& batch)
+{
+    constexpr int64_t kMinRows = 8; // fewer rows per slice and the products lose more than the rest gains
+    if (!s.device.is_cpu() || !s.model->maskedLstm() || s.lossScaling || s.teacherForcing < 1.0
+        || s.model->config().dropout > 0 || s.beforePass || s.passRows > 0)
+        return 1;
+    const int64_t threads = at::get_num_threads();
+    return std::max<int64_t>(1, std::min(threads, batch.source.size(0) / kMinRows));
+}
+
+namespace {
+
+// The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
+// of its own at one core, the gradients summed in slice order into the parameters' grad (the
+// same sums as one pass up to rounding, and the same every time: the slices and the order of
+// the sums are fixed). Returns the summed loss.
+torch::Tensor lossInParts(Stepper& s, const Batch& batch, int64_t parts, double tokens)
+{
+    const auto params = s.model->parameters();
+    std::vector<std::vector<torch::Tensor>> grads(static_cast<size_t>(parts));
+    std::vector<torch::Tensor> sums(static_cast<size_t>(parts));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+    auto run = [&](int64_t k) {
+        const size_t i = static_cast<size_t>(k);
+        try {
+            OneCore one;
+            auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
+            grads[i] = torch::autograd::grad({ partSum / tokens }, params, {}, /*retain_graph=*/false,
+                /*create_graph=*/false, /*allow_unused=*/true);
+            sums[i] = partSum.detach();
+        } catch (...) {
+            errors[i] = std::current_exception();
+        }
+    };
+    if (!s.partThreads || static_cast<int64_t>(s.partThreads->size()) < parts - 1)
+        s.partThreads = std::make_shared<c10::ThreadPool>(static_cast<int>(parts - 1));
+    for (int64_t k = 1; k < parts; ++k)
+        s.partThreads->run([&run, k] { run(k); });
+    run(0);
+    s.partThreads->waitWorkComplete();
+    for (const auto& e : errors)
+        if (e)
+            std::rethrow_exception(e);
+    for (size_t i = 0; i < params.size(); ++i) {
+        torch::Tensor g;
+        for (const auto& part : grads) {
+            if (!part[i].defined())
+                continue;
+            g = g.defined() ? g.add_(part[i]) : part[i];
+        }
+        if (g.defined())
+            params[i].mutable_grad() = g;
+    }
+    torch::Tensor sum = sums[0];
+    for (size_t i = 1; i < sums.size(); ++i)
+        sum = sum + sums[i];
+    return sum;
+}
+
 } // namespace
 
 void countStep(double& epochLossSum, int64_t& epochTokens, const StepOutcome& step, int64_t tokens)
@@ -232,12 +343,16 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
         sum = torch::Tensor();
     };
     restart();
-    inPasses(s, batch, restart, [&](const Batch& part) {
-        auto partSum = lossSum(s, part, true, s.teacherForcing, nullptr);
-        auto loss = partSum / tokens; // this pass's share of the batch's mean
-        (scaleLoss ? loss * s.lossScale : loss).backward();
-        sum = sum.defined() ? sum + partSum.detach() : partSum.detach();
-    });
+    if (const int64_t parts = stepParts(s, batch); parts > 1) {
+        sum = lossInParts(s, batch, parts, tokens);
+    } else {
+        inPasses(s, batch, restart, [&](const Batch& part) {
+            auto partSum = lossSum(s, part, true, s.teacherForcing, nullptr);
+            auto loss = partSum / tokens; // this pass's share of the batch's mean
+            (scaleLoss ? loss * s.lossScale : loss).backward();
+            sum = sum.defined() ? sum + partSum.detach() : partSum.detach();
+        });
+    }
     const auto loss = sum / tokens;
     StepOutcome out;
     out.applied = true;

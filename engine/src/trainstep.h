@@ -7,6 +7,7 @@
 #include "chatbench/config.h"
 #include "model.h"
 
+#include <c10/core/thread_pool.h>
 #include <torch/torch.h>
 
 #include <functional>
@@ -39,10 +40,17 @@ struct Stepper {
     int64_t passRows = 0;
     // Called before each pass with its number of pairs (tests simulate out-of-memory here).
     std::function<void(int64_t rows)> beforePass;
+    // CPU training steps split the batch's rows across the cores (trainStep); the threads that
+    // run the parts beyond the caller's own, made on first use.
+    std::shared_ptr<c10::ThreadPool> partThreads;
 };
 
 // model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
 Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision);
+
+// How many row slices a CPU training step of `batch` runs side by side, one core each (1: one
+// pass with ATen and MKL spreading each operation over the cores).
+int64_t stepParts(const Stepper& s, const Batch& batch);
 
 // Masked cross-entropy summed over the batch's real target tokens; `correct` (when given) gets
 // the argmax hits. Training with teacherForcing < 1 feeds the model's own guesses at random.
