@@ -172,6 +172,7 @@ private Q_SLOTS:
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
     void rowSliceIsTheBatchOfThoseRows();
+    void onCoresRunsEachTaskOnceOnOneCore();
     void stepInPartsMatchesOnePass_data();
     void stepInPartsMatchesOnePass();
     void gradientTimesInputMatchesTheEmbeddingGradient();
@@ -771,6 +772,39 @@ void TestModel::rowSliceIsTheBatchOfThoseRows()
         QVERIFY(torch::equal(part.mask, ref.mask));
         QCOMPARE(part.tokens, ref.tokens);
     }
+}
+
+void TestModel::onCoresRunsEachTaskOnceOnOneCore()
+{
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    const int threadsBefore = at::get_num_threads();
+    at::set_num_threads(2);
+    std::vector<std::atomic<int>> runs(7);
+    std::vector<int> threadsSeen(7, 0);
+    onCores(s, 7, 2, [&](int64_t k) {
+        ++runs[static_cast<size_t>(k)];
+        threadsSeen[static_cast<size_t>(k)] = at::get_num_threads();
+    });
+    for (size_t k = 0; k < runs.size(); ++k) {
+        QCOMPARE(runs[k].load(), 1);
+        QCOMPARE(threadsSeen[k], 1); // each task's ATen work on its own core
+    }
+    QCOMPARE(at::get_num_threads(), 2); // the caller's setting is back
+
+    // Every task runs; the first failing task's error (in task order) comes out after all ended.
+    std::atomic<int> ran { 0 };
+    try {
+        onCores(s, 5, 2, [&](int64_t k) {
+            ++ran;
+            if (k == 3 || k == 4)
+                throw chatbench::Error("task " + std::to_string(k));
+        });
+        QFAIL("no error");
+    } catch (const chatbench::Error& e) {
+        QCOMPARE(QString(e.what()), QString("task 3"));
+    }
+    QCOMPARE(ran.load(), 5);
+    at::set_num_threads(threadsBefore);
 }
 
 void TestModel::stepInPartsMatchesOnePass_data()

@@ -3,6 +3,7 @@
 // same replies, and a resumed run equals an uninterrupted one.
 
 #include "chatbench/chatbot.h"
+#include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "chatbench/runs.h"
 #include "chatbench/trainer.h"
@@ -96,6 +97,7 @@ private Q_SLOTS:
     void resumeEqualsUninterruptedRun();
     void resumeKeepsTheLossScaleState();
     void validationAndEarlyStopping();
+    void validationOnCoresMatchesOneCore();
     void bestWeightsAreThoseOfTheBestEpoch();
     void userErrors();
     void oneWriterPerRun();
@@ -484,6 +486,32 @@ void TestTraining::validationAndEarlyStopping()
     QCOMPARE(r.bestValidationLoss, best);
     // The best epoch is exactly `patience` epochs before the end.
     QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
+}
+
+// On two cores validation runs its batches side by side: the same loss and accuracy as one batch
+// after another on one core, up to rounding.
+void TestTraining::validationOnCoresMatchesOneCore()
+{
+    const int before = environmentInfo().threads;
+    const Corpus corpus = corpusWithValidation();
+    TrainConfig cfg = smallConfig();
+    cfg.validationFraction = 0.5;
+    cfg.batchSize = 2; // several validation batches (and training steps too small to split)
+    cfg.epochs = 3;
+    cfg.patience = 0;
+    std::vector<TrainResult> results;
+    for (int threads : { 1, 2 }) {
+        cfg.threads = threads;
+        results.push_back(train(cfg, corpus, m_dir.filePath("cores" + QString::number(threads)).toStdString()));
+    }
+    setThreads(before);
+    const auto &one = results[0].history, &two = results[1].history;
+    QCOMPARE(two.size(), one.size());
+    for (size_t e = 0; e < one.size(); ++e) {
+        QVERIFY2(std::abs(two[e].validationLoss - one[e].validationLoss) < 1e-5 * std::abs(one[e].validationLoss),
+            qPrintable(QString("epoch %1: %2 vs %3").arg(e + 1).arg(two[e].validationLoss).arg(one[e].validationLoss)));
+        QCOMPARE(two[e].validationAccuracy, one[e].validationAccuracy);
+    }
 }
 
 void TestTraining::bestWeightsAreThoseOfTheBestEpoch()

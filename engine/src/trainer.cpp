@@ -13,11 +13,13 @@
 #include "torchutil.h"
 #include "trainstep.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
+#include <numeric>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -58,30 +60,64 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
         return v;
     torch::NoGradGuard noGrad;
     s.step.model->eval();
+    // Batches of pairs with similar response lengths: the decoder runs each batch to its longest
+    // response, so a batch of mixed lengths computes mostly padding.
+    std::vector<size_t> order(s.validation.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        const auto &x = s.validation[a], &y = s.validation[b];
+        return std::make_pair(x.target.size(), x.source.size()) < std::make_pair(y.target.size(), y.source.size());
+    });
+    const size_t B = static_cast<size_t>(s.cfg.batchSize);
+    const int64_t batches = static_cast<int64_t>((order.size() + B - 1) / B);
+    auto batchAt = [&](int64_t b) {
+        const auto first = order.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * B);
+        const auto last
+            = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), (static_cast<size_t>(b) + 1) * B));
+        return collate(s.validation, std::vector<size_t>(first, last), s.step.device);
+    };
+    std::vector<double> sums(static_cast<size_t>(batches));
+    std::vector<int64_t> hits(static_cast<size_t>(batches)), counts(static_cast<size_t>(batches));
+    if (const int64_t cores = evaluationCores(s.step, batches); cores > 1) {
+        // The batches side by side, one core each, and summed in batch order below: the result
+        // does not depend on which finishes first.
+        onCores(s.step, batches, cores, [&](int64_t b) {
+            if (cancel && cancel->load())
+                return;
+            torch::NoGradGuard noGradHere; // the guard is per thread
+            const Batch batch = batchAt(b);
+            int64_t h = 0;
+            sums[static_cast<size_t>(b)] = lossSum(s.step, batch, false, 1.0, &h).item<double>();
+            hits[static_cast<size_t>(b)] = h;
+            counts[static_cast<size_t>(b)] = batch.tokens;
+        });
+    } else {
+        for (int64_t b = 0; b < batches && !(cancel && cancel->load()); ++b) {
+            const Batch batch = batchAt(b);
+            double batchSum = 0;
+            int64_t batchHits = 0;
+            inPasses(
+                s.step, batch, [&] { batchSum = 0, batchHits = 0; },
+                [&](const Batch& part) {
+                    int64_t h = 0;
+                    batchSum += lossSum(s.step, part, false, 1.0, &h).item<double>();
+                    batchHits += h;
+                });
+            sums[static_cast<size_t>(b)] = batchSum;
+            hits[static_cast<size_t>(b)] = batchHits;
+            counts[static_cast<size_t>(b)] = batch.tokens;
+        }
+    }
+    if (cancel && cancel->load()) {
+        *cancelled = true;
+        return v;
+    }
     double sum = 0;
     int64_t tokens = 0, correct = 0;
-    const size_t B = static_cast<size_t>(s.cfg.batchSize);
-    for (size_t start = 0; start < s.validation.size(); start += B) {
-        if (cancel && cancel->load()) {
-            *cancelled = true;
-            return v;
-        }
-        std::vector<size_t> idx;
-        for (size_t i = start; i < std::min(s.validation.size(), start + B); ++i)
-            idx.push_back(i);
-        Batch batch = collate(s.validation, idx, s.step.device);
-        double batchSum = 0;
-        int64_t batchHits = 0;
-        inPasses(
-            s.step, batch, [&] { batchSum = 0, batchHits = 0; },
-            [&](const Batch& part) {
-                int64_t hits = 0;
-                batchSum += lossSum(s.step, part, false, 1.0, &hits).item<double>();
-                batchHits += hits;
-            });
-        sum += batchSum;
-        tokens += batch.tokens;
-        correct += batchHits;
+    for (size_t b = 0; b < sums.size(); ++b) {
+        sum += sums[b];
+        tokens += counts[b];
+        correct += hits[b];
     }
     v.loss = sum / static_cast<double>(tokens);
     v.accuracy = static_cast<double>(correct) / static_cast<double>(tokens);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <optional>
 
 namespace chatbench {
 
@@ -174,8 +175,10 @@ class OneCore {
 public:
     OneCore()
     {
-        if (api().ompSet && api().ompGet) {
-            m_omp = api().ompGet();
+        // ATen sets a thread's OpenMP count on its first parallel call there: that comes first.
+        const int threads = at::get_num_threads();
+        if (api().ompSet) {
+            m_omp = threads;
             api().ompSet(1);
         }
         if (api().mklLocal)
@@ -194,7 +197,6 @@ public:
 private:
     struct Api {
         void (*ompSet)(int) = nullptr;
-        int (*ompGet)() = nullptr;
         int (*mklLocal)(int) = nullptr;
     };
     static const Api& api()
@@ -202,7 +204,6 @@ private:
         static const Api a = [] {
             Api x;
             x.ompSet = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-            x.ompGet = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
             x.mklLocal = reinterpret_cast<int (*)(int)>(::dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
             return x;
         }();
@@ -227,39 +228,59 @@ int64_t stepParts(const Stepper& s, const Batch& batch)
     return std::max<int64_t>(1, std::min(threads, batch.source.size(0) / kMinRows));
 }
 
+void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(int64_t)>& task)
+{
+    cores = std::clamp<int64_t>(cores, 1, std::max<int64_t>(1, tasks));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(tasks));
+    auto lane = [&](int64_t first) {
+        std::optional<OneCore> one;
+        if (cores > 1)
+            one.emplace();
+        for (int64_t k = first; k < tasks; k += cores) {
+            try {
+                task(k);
+            } catch (...) {
+                errors[static_cast<size_t>(k)] = std::current_exception();
+            }
+        }
+    };
+    if (cores > 1 && (!s.partThreads || static_cast<int64_t>(s.partThreads->size()) < cores - 1))
+        s.partThreads = std::make_shared<c10::ThreadPool>(static_cast<int>(cores - 1));
+    for (int64_t j = 1; j < cores; ++j)
+        s.partThreads->run([&lane, j] { lane(j); });
+    lane(0);
+    if (cores > 1)
+        s.partThreads->waitWorkComplete();
+    for (const auto& e : errors)
+        if (e)
+            std::rethrow_exception(e);
+}
+
+int64_t evaluationCores(const Stepper& s, int64_t batches)
+{
+    if (!s.device.is_cpu() || !s.model->maskedLstm() || s.beforePass || s.passRows > 0)
+        return 1;
+    return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), batches));
+}
+
 namespace {
 
-// The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
-// of its own at one core, the gradients summed in slice order into the parameters' grad (the
-// same sums as one pass up to rounding, and the same every time: the slices and the order of
-// the sums are fixed). Returns the summed loss.
+// The loss and gradients of `batch` as `parts` row slices, each forward and backward on a core
+// of its own, the gradients summed in slice order into the parameters' grad (the same sums as
+// one pass up to rounding, and the same every time: the slices and the order of the sums are
+// fixed). Returns the summed loss.
 torch::Tensor lossInParts(Stepper& s, const Batch& batch, int64_t parts, double tokens)
 {
     const auto params = s.model->parameters();
     std::vector<std::vector<torch::Tensor>> grads(static_cast<size_t>(parts));
     std::vector<torch::Tensor> sums(static_cast<size_t>(parts));
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
-    auto run = [&](int64_t k) {
+    onCores(s, parts, parts, [&](int64_t k) {
         const size_t i = static_cast<size_t>(k);
-        try {
-            OneCore one;
-            auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
-            grads[i] = torch::autograd::grad({ partSum / tokens }, params, {}, /*retain_graph=*/false,
-                /*create_graph=*/false, /*allow_unused=*/true);
-            sums[i] = partSum.detach();
-        } catch (...) {
-            errors[i] = std::current_exception();
-        }
-    };
-    if (!s.partThreads || static_cast<int64_t>(s.partThreads->size()) < parts - 1)
-        s.partThreads = std::make_shared<c10::ThreadPool>(static_cast<int>(parts - 1));
-    for (int64_t k = 1; k < parts; ++k)
-        s.partThreads->run([&run, k] { run(k); });
-    run(0);
-    s.partThreads->waitWorkComplete();
-    for (const auto& e : errors)
-        if (e)
-            std::rethrow_exception(e);
+        auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
+        grads[i] = torch::autograd::grad({ partSum / tokens }, params, {}, /*retain_graph=*/false,
+            /*create_graph=*/false, /*allow_unused=*/true);
+        sums[i] = partSum.detach();
+    });
     for (size_t i = 0; i < params.size(); ++i) {
         torch::Tensor g;
         for (const auto& part : grads) {

@@ -52,6 +52,15 @@ Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precisi
 // pass with ATen and MKL spreading each operation over the cores).
 int64_t stepParts(const Stepper& s, const Batch& batch);
 
+// Runs task(0) … task(tasks − 1) on `cores` threads (the caller's and s.partThreads), each
+// thread's ATen and MKL work on one core; thread j takes tasks j, j + cores, … Rethrows the
+// first task's error, in task order, once all have ended.
+void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(int64_t)>& task);
+
+// How many cores a CPU evaluation spreads `batches` batches over, one batch at a time each (1:
+// one batch after another, each operation spread over the cores).
+int64_t evaluationCores(const Stepper& s, int64_t batches);
+
 // Masked cross-entropy summed over the batch's real target tokens; `correct` (when given) gets
 // the argmax hits. Training with teacherForcing < 1 feeds the model's own guesses at random.
 torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teacherForcing, int64_t* correct);
