@@ -220,7 +220,7 @@ private:
 // race for the generator, and on the CPU's own LSTM layer.
 int64_t stepParts(const Stepper& s, const Batch& batch)
 {
-    constexpr int64_t kMinRows = 8; // fewer rows per slice and the products lose more than the rest gains
+    constexpr int64_t kMinRows = 8; // a floor, so that each slice's products keep some rows (not tuned)
     if (!s.device.is_cpu() || !s.model->maskedLstm() || s.lossScaling || s.teacherForcing < 1.0
         || s.model->config().dropout > 0 || s.beforePass || s.passRows > 0)
         return 1;
