@@ -286,7 +286,15 @@ torch::Tensor lossInParts(Stepper& s, const Batch& batch, int64_t parts, double 
         for (const auto& part : grads) {
             if (!part[i].defined())
                 continue;
-            g = g.defined() ? g.add_(part[i]) : part[i];
+            if (g.defined()) {
+                g.add_(part[i]);
+            } else if (part[i].is_view() || !part[i].is_contiguous()) {
+                // A parameter's grad is a dense tensor of its own, as backward() leaves it: the
+                // optimizer detaches it in place, which a view (attention's weights) refuses.
+                g = part[i].clone(torch::MemoryFormat::Contiguous);
+            } else {
+                g = part[i];
+            }
         }
         if (g.defined())
             params[i].mutable_grad() = g;
