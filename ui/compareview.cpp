@@ -481,7 +481,7 @@ bool CompareView::importReport(const QString& path)
             = QString::fromStdString(r.label.empty() ? QFileInfo(path).baseName().toStdString() : r.label);
         addReport(label, r, false);
         m_error->hide();
-        Q_EMIT status(tr("imported %1 (%2 timings)").arg(path).arg(r.rows.size()));
+        Q_EMIT status(tr("imported %1 (%2 timings)").arg(QFileInfo(path).fileName()).arg(r.rows.size()));
         return true;
     } catch (const Error& e) {
         m_error->setText(tr("Could not import the report:\n%1").arg(QString::fromStdString(e.what())));
