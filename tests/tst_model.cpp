@@ -16,6 +16,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <set>
 
@@ -172,7 +174,7 @@ private Q_SLOTS:
     void lossScalingSkipsOverflowedSteps();
     void lossScaleDoublesAfter2000GoodSteps();
     void rowSliceIsTheBatchOfThoseRows();
-    void onCoresRunsEachTaskOnceOnOneCore();
+    void onCoresSharesTheThreadsAndRestoresThem();
     void stepInPartsMatchesOnePass_data();
     void stepInPartsMatchesOnePass();
     void gradientTimesInputMatchesTheEmbeddingGradient();
@@ -774,22 +776,37 @@ void TestModel::rowSliceIsTheBatchOfThoseRows()
     }
 }
 
-void TestModel::onCoresRunsEachTaskOnceOnOneCore()
+void TestModel::onCoresSharesTheThreadsAndRestoresThem()
 {
     Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
     const int threadsBefore = at::get_num_threads();
-    at::set_num_threads(2);
-    std::vector<std::atomic<int>> runs(7);
-    std::vector<int> threadsSeen(7, 0);
-    onCores(s, 7, 2, [&](int64_t k) {
-        ++runs[static_cast<size_t>(k)];
-        threadsSeen[static_cast<size_t>(k)] = at::get_num_threads();
-    });
-    for (size_t k = 0; k < runs.size(); ++k) {
-        QCOMPARE(runs[k].load(), 1);
-        QCOMPARE(threadsSeen[k], 1); // each task's ATen work on its own core
+    using MaxThreads = int (*)();
+    const auto mklThreads = reinterpret_cast<MaxThreads>(::dlsym(RTLD_DEFAULT, "MKL_Get_Max_Threads"));
+    // Each task runs once, with the caller's threads shared out among the lanes (lane j takes
+    // tasks j, j + 2, …; 3 threads: 2 for lane 0, 1 for lane 1), and the caller's OpenMP and
+    // MKL settings are back afterwards.
+    for (int threads : { 2, 3, 4 }) {
+        at::set_num_threads(threads);
+        const int mklBefore = mklThreads ? mklThreads() : 0;
+        std::vector<std::atomic<int>> runs(7);
+        std::vector<int> threadsSeen(7, 0), mklSeen(7, 0);
+        onCores(s, 7, 2, [&](int64_t k) {
+            ++runs[static_cast<size_t>(k)];
+            threadsSeen[static_cast<size_t>(k)] = at::get_num_threads();
+            mklSeen[static_cast<size_t>(k)] = mklThreads ? mklThreads() : 0;
+        });
+        for (size_t k = 0; k < runs.size(); ++k) {
+            const int share = threads / 2 + (k % 2 < static_cast<size_t>(threads % 2) ? 1 : 0);
+            QCOMPARE(runs[k].load(), 1);
+            QCOMPARE(threadsSeen[k], share);
+            if (mklThreads)
+                QCOMPARE(mklSeen[k], share);
+        }
+        QCOMPARE(at::get_num_threads(), threads);
+        if (mklThreads)
+            QCOMPARE(mklThreads(), mklBefore);
     }
-    QCOMPARE(at::get_num_threads(), 2); // the caller's setting is back
+    at::set_num_threads(2);
 
     // Every task runs; the first failing task's error (in task order) comes out after all ended.
     std::atomic<int> ran { 0 };
@@ -804,6 +821,12 @@ void TestModel::onCoresRunsEachTaskOnceOnOneCore()
         QCOMPARE(QString(e.what()), QString("task 3"));
     }
     QCOMPARE(ran.load(), 5);
+
+    // Validation spreads its batches over the cores, at most one per batch; one thread: one pass.
+    QCOMPARE(evaluationCores(s, 5), int64_t(2));
+    QCOMPARE(evaluationCores(s, 1), int64_t(1));
+    at::set_num_threads(1);
+    QCOMPARE(evaluationCores(s, 5), int64_t(1));
     at::set_num_threads(threadsBefore);
 }
 
@@ -814,6 +837,7 @@ void TestModel::stepInPartsMatchesOnePass_data()
     QTest::newRow("adam") << false << 1;
     QTest::newRow("rmsprop-clip") << true << 1;
     QTest::newRow("adam-two-layers") << false << 2;
+    QTest::newRow("adam-bf16") << false << -1; // every product on bf16 operands
     // E = 48, H = 96, 32 pairs of up to 10 and 16 words, SGD (Adam and RMSprop turn rounding-level
     // gradients into full steps): attention's weight gradients come out of autograd as views.
     QTest::newRow("sgd-attention-wider") << false << 0;
@@ -856,7 +880,7 @@ void TestModel::stepInPartsMatchesOnePass()
     const int threadsBefore = at::get_num_threads();
     auto stepWith = [&](int threads) {
         at::set_num_threads(threads);
-        Stepper s = makeStepper(cfg, torch::kCPU, Precision::FP32);
+        Stepper s = makeStepper(cfg, torch::kCPU, layers < 0 ? Precision::BF16 : Precision::FP32);
         const int64_t parts = stepParts(s, batch);
         std::vector<double> losses;
         for (int i = 0; i < 3; ++i)
@@ -884,12 +908,17 @@ void TestModel::stepInPartsMatchesOnePass()
         QVERIFY(!p.grad().defined() || (!p.grad().is_view() && p.grad().is_contiguous()));
     two.optimizer->zero_grad(/*set_to_none=*/false);
 
-    // A step that draws random numbers (dropout) stays in one pass: slices would race for them.
+    // A step that draws random numbers (dropout, scheduled sampling) stays in one pass: slices
+    // would race for them.
     TrainConfig noisy = cfg;
     noisy.model.dropout = 0.1;
     at::set_num_threads(2);
     const Stepper d = makeStepper(noisy, torch::kCPU, Precision::FP32);
     QCOMPARE(stepParts(d, batch), int64_t(1));
+    TrainConfig sampled = cfg;
+    sampled.teacherForcing = 0.5;
+    const Stepper t = makeStepper(sampled, torch::kCPU, Precision::FP32);
+    QCOMPARE(stepParts(t, batch), int64_t(1));
     at::set_num_threads(threadsBefore);
 }
 

@@ -79,7 +79,7 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
     std::vector<double> sums(static_cast<size_t>(batches));
     std::vector<int64_t> hits(static_cast<size_t>(batches)), counts(static_cast<size_t>(batches));
     if (const int64_t cores = evaluationCores(s.step, batches); cores > 1) {
-        // The batches side by side, one core each, and summed in batch order below: the result
+        // The batches side by side, the threads shared among them, and summed in batch order below: the result
         // does not depend on which finishes first.
         onCores(s.step, batches, cores, [&](int64_t b) {
             if (cancel && cancel->load())

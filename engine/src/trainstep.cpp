@@ -169,30 +169,30 @@ bool fusedClipRmsprop(Stepper& s)
     return true;
 }
 
-// Runs the calling thread's ATen and MKL work on one core while it lives: OpenMP's and MKL's
-// thread-local settings, looked up at run time (a LibTorch without MKL has only OpenMP's).
-class OneCore {
+// Gives the calling thread's ATen and MKL work `threads` threads while it lives, then puts back
+// what the thread had: OpenMP's and MKL's thread-local settings, looked up at run time (a
+// LibTorch without MKL has only OpenMP's).
+class LaneThreads {
 public:
-    OneCore()
+    explicit LaneThreads(int threads)
     {
-        // ATen sets a thread's OpenMP count on its first parallel call there: that comes first.
-        const int threads = at::get_num_threads();
-        if (api().ompSet) {
-            m_omp = threads;
-            api().ompSet(1);
-        }
+        // ATen sets a thread's OpenMP and MKL counts on its first parallel call there: that
+        // comes first, or it would undo these.
+        m_omp = at::get_num_threads();
+        if (api().ompSet)
+            api().ompSet(threads);
         if (api().mklLocal)
-            api().mklLocal(1);
+            m_mkl = api().mklLocal(threads); // the thread's previous setting (0: none)
     }
-    ~OneCore()
+    ~LaneThreads()
     {
-        if (m_omp > 0)
+        if (api().ompSet)
             api().ompSet(m_omp);
         if (api().mklLocal)
-            api().mklLocal(0); // back to the process-wide setting
+            api().mklLocal(m_mkl);
     }
-    OneCore(const OneCore&) = delete;
-    OneCore& operator=(const OneCore&) = delete;
+    LaneThreads(const LaneThreads&) = delete;
+    LaneThreads& operator=(const LaneThreads&) = delete;
 
 private:
     struct Api {
@@ -209,7 +209,8 @@ private:
         }();
         return a;
     }
-    int m_omp = 0;
+    int m_omp = 1;
+    int m_mkl = 0;
 };
 
 } // namespace
@@ -232,10 +233,13 @@ void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(
 {
     cores = std::clamp<int64_t>(cores, 1, std::max<int64_t>(1, tasks));
     std::vector<std::exception_ptr> errors(static_cast<size_t>(tasks));
+    // The caller's threads shared out among the lanes (one each on two cores; on more cores than
+    // lanes, each lane's products and element loops spread over its share).
+    const int64_t threads = std::max<int64_t>(cores, at::get_num_threads());
     auto lane = [&](int64_t first) {
-        std::optional<OneCore> one;
+        std::optional<LaneThreads> share;
         if (cores > 1)
-            one.emplace();
+            share.emplace(static_cast<int>(threads / cores + (first < threads % cores ? 1 : 0)));
         for (int64_t k = first; k < tasks; k += cores) {
             try {
                 task(k);
@@ -265,7 +269,7 @@ int64_t evaluationCores(const Stepper& s, int64_t batches)
 
 namespace {
 
-// The loss and gradients of `batch` as `parts` row slices, each forward and backward on a core
+// The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
 // of its own, the gradients summed in slice order into the parameters' grad (the same sums as
 // one pass up to rounding, and the same every time: the slices and the order of the sums are
 // fixed). Returns the summed loss.

@@ -48,13 +48,14 @@ struct Stepper {
 // model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
 Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision);
 
-// How many row slices a CPU training step of `batch` runs side by side, one core each (1: one
+// How many row slices a CPU training step of `batch` runs side by side (1: one
 // pass with ATen and MKL spreading each operation over the cores).
 int64_t stepParts(const Stepper& s, const Batch& batch);
 
-// Runs task(0) … task(tasks − 1) on `cores` threads (the caller's and s.partThreads), each
-// thread's ATen and MKL work on one core; thread j takes tasks j, j + cores, … Rethrows the
-// first task's error, in task order, once all have ended.
+// Runs task(0) … task(tasks − 1) on `cores` threads (the caller's and s.partThreads), the
+// caller's ATen and MKL threads shared out among them (one each on two cores) and its own
+// settings back afterwards; thread j takes tasks j, j + cores, … Rethrows the first task's error,
+// in task order, once all have ended.
 void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(int64_t)>& task);
 
 // How many cores a CPU evaluation spreads `batches` batches over, one batch at a time each (1:
