@@ -82,16 +82,17 @@ TrainConfig tinyTraining()
     return cfg;
 }
 
-// n pairs of tinyConfig's vocabulary with prompts of 1–4 and responses of 1–5 words.
-std::vector<Example> variedExamples(int n)
+// n pairs of tinyConfig's vocabulary with prompts of 1–maxPrompt and responses of
+// 1–maxResponse words.
+std::vector<Example> variedExamples(int n, int maxPrompt = 4, int maxResponse = 5)
 {
     std::vector<Example> out;
     for (int i = 0; i < n; ++i) {
         Example e;
-        for (int k = 0; k <= i % 4; ++k)
+        for (int k = 0; k <= i % maxPrompt; ++k)
             e.source.push_back(4 + (i + k) % 5);
         e.target.push_back(2);
-        for (int k = 0; k <= (i * 3) % 5; ++k)
+        for (int k = 0; k <= (i * 3) % maxResponse; ++k)
             e.target.push_back(4 + (i * 2 + k) % 5);
         e.target.push_back(3);
         out.push_back(e);
@@ -144,6 +145,13 @@ std::vector<double> vec(const torch::Tensor& t)
 {
     auto f = t.to(torch::kFloat64).contiguous().view({ -1 });
     return std::vector<double>(f.data_ptr<double>(), f.data_ptr<double>() + f.numel());
+}
+
+// Whether two batches hold the same tensors and token count.
+bool sameBatch(const Batch& a, const Batch& b)
+{
+    return torch::equal(a.source, b.source) && torch::equal(a.lengths, b.lengths) && torch::equal(a.input, b.input)
+        && torch::equal(a.target, b.target) && torch::equal(a.mask, b.mask) && a.tokens == b.tokens;
 }
 
 } // namespace
@@ -751,28 +759,15 @@ void TestModel::rowSliceIsTheBatchOfThoseRows()
     // Independent reference: collating just those examples.
     const auto ex = variedExamples(7);
     const Batch whole = collate(ex, range(0, 7), torch::kCPU);
-    for (auto [begin, end] : { std::pair<int64_t, int64_t> { 0, 7 }, { 2, 5 }, { 6, 7 }, { 0, 1 } }) {
-        const Batch part = rowSlice(whole, begin, end);
-        const Batch ref = collate(ex, range(static_cast<size_t>(begin), static_cast<size_t>(end)), torch::kCPU);
-        QVERIFY(torch::equal(part.source, ref.source));
-        QVERIFY(torch::equal(part.lengths, ref.lengths));
-        QVERIFY(torch::equal(part.input, ref.input));
-        QVERIFY(torch::equal(part.target, ref.target));
-        QVERIFY(torch::equal(part.mask, ref.mask));
-        QCOMPARE(part.tokens, ref.tokens);
-    }
+    for (auto [begin, end] : { std::pair<int64_t, int64_t> { 0, 7 }, { 2, 5 }, { 6, 7 }, { 0, 1 } })
+        QVERIFY(sameBatch(rowSlice(whole, begin, end),
+            collate(ex, range(static_cast<size_t>(begin), static_cast<size_t>(end)), torch::kCPU)));
     for (auto [first, step] : { std::pair<size_t, size_t> { 0, 2 }, { 1, 2 }, { 2, 3 }, { 6, 4 } }) {
-        const Batch part = rowStride(whole, static_cast<int64_t>(first), static_cast<int64_t>(step));
         std::vector<size_t> rows;
         for (size_t r = first; r < 7; r += step)
             rows.push_back(r);
-        const Batch ref = collate(ex, rows, torch::kCPU);
-        QVERIFY(torch::equal(part.source, ref.source));
-        QVERIFY(torch::equal(part.lengths, ref.lengths));
-        QVERIFY(torch::equal(part.input, ref.input));
-        QVERIFY(torch::equal(part.target, ref.target));
-        QVERIFY(torch::equal(part.mask, ref.mask));
-        QCOMPARE(part.tokens, ref.tokens);
+        QVERIFY(sameBatch(
+            rowStride(whole, static_cast<int64_t>(first), static_cast<int64_t>(step)), collate(ex, rows, torch::kCPU)));
     }
 }
 
@@ -859,17 +854,7 @@ void TestModel::stepInPartsMatchesOnePass()
         cfg.model.maxTargetLength = 20;
         cfg.optimizer = OptimizerKind::SGD;
         cfg.learningRate = 0.1;
-        ex.clear();
-        for (int i = 0; i < 32; ++i) {
-            Example e;
-            for (int k = 0; k <= i % 10; ++k)
-                e.source.push_back(4 + (i + k) % 5);
-            e.target.push_back(2);
-            for (int k = 0; k <= (i * 3) % 15; ++k)
-                e.target.push_back(4 + (i * 2 + k) % 5);
-            e.target.push_back(3);
-            ex.push_back(e);
-        }
+        ex = variedExamples(32, 10, 15);
     }
     if (rmsprop) {
         cfg.optimizer = OptimizerKind::RMSprop;
