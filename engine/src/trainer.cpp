@@ -80,7 +80,9 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
     std::vector<int64_t> hits(static_cast<size_t>(batches)), counts(static_cast<size_t>(batches));
     if (const int64_t cores = evaluationCores(s.step, batches); cores > 1) {
         // The batches side by side, the threads shared among them, and summed in batch order below: the result
-        // does not depend on which finishes first.
+        // does not depend on which finishes first. (No out-of-memory back-off here: inPasses changes
+        // the stepper's pass size, which the lanes share; evaluationCores keeps devices that need it
+        // on the one-at-a-time path below.)
         onCores(s.step, batches, cores, [&](int64_t b) {
             if (cancel && cancel->load())
                 return;
