@@ -106,6 +106,7 @@ private Q_SLOTS:
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
     void corruptCheckpointFallsBack();
+    void saveAtTheSameStepKeepsTheNamedCheckpoint();
     void cancelStopsWithinASecond();
     void cancelledReplyStopsAtItsNextStep();
     void unknownAndEmptyInput();
@@ -777,6 +778,43 @@ void TestTraining::corruptCheckpointFallsBack()
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("checksum mismatch"), e.what());
     }
+}
+
+void TestTraining::saveAtTheSameStepKeepsTheNamedCheckpoint()
+{
+    // A stop right after a resume saves the step it loaded. Serialised again after a load, the
+    // same weights come out as other bytes; written over the file state.json names, a kill before
+    // state.json followed made that checkpoint fail its checksum and the run fall back a step
+    // (seen once in 100 kills of tst_crash). The file stays as it was.
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 2;
+    const TrainResult trained = train(cfg, smallCorpus(), run);
+    auto bytesOf = [](const std::string& file) {
+        QFile f(QString::fromStdString(file));
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    };
+    const std::string state = run + "/state.json";
+    const QByteArray stateBefore = bytesOf(state);
+    const std::string named
+        = run + "/" + QJsonDocument::fromJson(stateBefore).object()["checkpoint"].toString().toStdString();
+    const QByteArray before = bytesOf(named);
+    QVERIFY(!before.isEmpty());
+    std::atomic<bool> cancel { true };
+    TrainCallbacks cb;
+    cb.cancel = &cancel;
+    const TrainResult stopped = resume(run, smallCorpus(), cb, 3);
+    QCOMPARE(stopped.status, TrainStatus::Cancelled);
+    QCOMPARE(stopped.steps, trained.steps);
+    QVERIFY(bytesOf(named) == before);
+    // As if killed before the new state.json: the old one still names a good checkpoint.
+    QFile f(QString::fromStdString(state));
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(stateBefore) == stateBefore.size());
+    f.close();
+    const Chatbot bot = Chatbot::load(run);
+    QCOMPARE(bot.step(), trained.steps);
+    QVERIFY2(bot.note().empty(), bot.note().c_str());
 }
 
 void TestTraining::userErrors()

@@ -39,27 +39,37 @@ void saveCheckpoint(
 {
     const std::string name = checkpointName(state.step);
     const std::string file = (fs::path(runDir) / name).string();
-    // Serialised in memory first: the archive writer cannot report a full disk (it threw from a
-    // destructor and aborted); writeFileAtomic can, and removes its temporary file.
-    std::ostringstream stream;
-    {
-        torch::serialize::OutputArchive root, m, o;
-        model->save(m);
-        optimizer.save(o);
-        root.write("model", m);
-        root.write("optimizer", o);
-        root.write("step", torch::tensor(static_cast<int64_t>(state.step)));
-        // The training device's generator: a CUDA generator is never reseeded per step (see
-        // seedStep), so an exact resume needs its state; the CPU's is kept as well, for symmetry.
-        const torch::Device dev = model->parameters().front().device();
-        root.write(rngKey(dev), rngState(dev));
-        root.save_to(stream);
+    // This step's checkpoint may be on disk already, named by state.json: the save at the end of
+    // an epoch follows the step's own, and a stop before the first step after a resume saves the
+    // step it loaded. The weights are the same, but serialised after a load they come out as
+    // other bytes (another order, another id); replacing the file that state.json names before
+    // state.json itself would, killed in between, leave a checksum mismatch and lose the step.
+    // So the file stays, and only the state files are written anew.
+    const bool onDisk = state.haveCrc && state.checkpoint == name && fs::exists(file)
+        && crcOf(text::readFile(file)) == state.checkpointCrc;
+    if (!onDisk) {
+        // Serialised in memory first: the archive writer cannot report a full disk (it threw from
+        // a destructor and aborted); writeFileAtomic can, and removes its temporary file.
+        std::ostringstream stream;
+        {
+            torch::serialize::OutputArchive root, m, o;
+            model->save(m);
+            optimizer.save(o);
+            root.write("model", m);
+            root.write("optimizer", o);
+            root.write("step", torch::tensor(static_cast<int64_t>(state.step)));
+            // The training device's generator: a CUDA generator is never reseeded per step (see
+            // seedStep), so an exact resume needs its state; the CPU's is kept as well, for symmetry.
+            const torch::Device dev = model->parameters().front().device();
+            root.write(rngKey(dev), rngState(dev));
+            root.save_to(stream);
+        }
+        const std::string bytes = stream.str();
+        writeFileAtomic(file, bytes);
+        state.checkpoint = name;
+        state.checkpointCrc = crcOf(bytes);
+        state.haveCrc = true;
     }
-    const std::string bytes = stream.str();
-    writeFileAtomic(file, bytes);
-    state.checkpoint = name;
-    state.checkpointCrc = crcOf(bytes);
-    state.haveCrc = true;
     saveCheckpointState(runDir, state); // before state.json: whatever it names has its state beside it
     saveState(runDir, state);
 
