@@ -480,8 +480,10 @@ void TestModel::maskedLstmPassesEmptyRowsThrough()
 void TestModel::maskedModelTrainsLikeTorchModel_data()
 {
     QTest::addColumn<bool>("bf16");
-    QTest::newRow("fp32") << false;
-    QTest::newRow("bf16 products") << true;
+    QTest::addColumn<double>("spread"); // scales the weight: logits of ±3, or ±120 (most exps under 1e-38)
+    QTest::newRow("fp32") << false << 0.3;
+    QTest::newRow("fp32, wide logits") << false << 12.0;
+    QTest::newRow("bf16 products") << true << 0.3;
 }
 
 void TestModel::maskedModelTrainsLikeTorchModel()
@@ -526,17 +528,20 @@ void TestModel::maskedModelTrainsLikeTorchModel()
 void TestModel::projectedLossMatchesLinearCrossEntropy_data()
 {
     QTest::addColumn<bool>("bf16");
-    QTest::newRow("fp32") << false;
-    QTest::newRow("bf16 products") << true;
+    QTest::addColumn<double>("spread"); // scales the weight: logits of ±3, or ±120 (most exps under 1e-38)
+    QTest::newRow("fp32") << false << 0.3;
+    QTest::newRow("fp32, wide logits") << false << 12.0;
+    QTest::newRow("bf16 products") << true << 0.3;
 }
 
 void TestModel::projectedLossMatchesLinearCrossEntropy()
 {
     // 300 rows: two full chunks of 128 and a partial one.
     QFETCH(bool, bf16);
+    QFETCH(double, spread);
     torch::manual_seed(11);
     const int64_t N = 300, H = 16, V = 37;
-    auto h = torch::randn({ N, H }), w = torch::randn({ V, H }) * 0.3, b = torch::randn({ V });
+    auto h = torch::randn({ N, H }), w = torch::randn({ V, H }) * spread, b = torch::randn({ V });
     auto t = torch::randint(0, V, { N }, torch::kInt64);
     auto h1 = h.clone().requires_grad_(), w1 = w.clone().requires_grad_(), b1 = b.clone().requires_grad_();
     auto ref = torch::nn::functional::cross_entropy(torch::nn::functional::linear(h1, w1, b1), t,

@@ -1,10 +1,56 @@
 #include "kernels.h"
 
 #include <cmath>
+#include <cstring>
+
+// Built for baseline x86-64 these loops are 4-wide SSE2; each also gets an AVX2 + FMA and an
+// AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define CHATBENCH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CHATBENCH_CLONES
+#endif
 
 namespace chatbench::kernels {
 
-void rmspropUpdate(float* w, const float* g, float* sa, int64_t n, float alpha, float eps, float lr, float scale)
+namespace {
+
+// e^x for x ≤ 0 (softmax arguments; below −87 it is 0 as far as a float sum can tell), as loops
+// that vectorise: x = k·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor series to r⁷/7!
+// (truncation error < 2e-9 relative), 2^k put into the exponent bits. Within 2 ulp of expf.
+inline float expNonPositive(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
+    constexpr float kRound = 12582912.0f; // 1.5·2^23: adding and subtracting it rounds to an integer
+    const float k = (x * kLog2e + kRound) - kRound;
+    const float r = (x - k * kLn2Hi) - k * kLn2Lo;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+// 1 / (1 + e^−x), from e^−|x| on either side.
+inline float sigmoidOf(float x)
+{
+    const float e = expNonPositive(x > 0.0f ? -x : x);
+    const float r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
+}
+
+} // namespace
+
+CHATBENCH_CLONES void rmspropUpdate(
+    float* w, const float* g, float* sa, int64_t n, float alpha, float eps, float lr, float scale)
 {
     const float beta = 1.0f - alpha;
     for (int64_t k = 0; k < n; ++k) {
@@ -14,75 +60,70 @@ void rmspropUpdate(float* w, const float* g, float* sa, int64_t n, float alpha, 
     }
 }
 
-void lstmCell(int64_t B, int64_t H, float* acts, const float* cPrev, const bool* keep, float* c)
+// One row's element loops, each block (gate, state) a parameter of its own marked restrict: the
+// blocks never overlap, and only restrict parameters (not offsets of one pointer, nor restrict
+// locals) let the compiler vectorise these loops without run-time overlap checks.
+inline void cellRow(int64_t H, const float* __restrict i, const float* __restrict f, float* __restrict g,
+    const float* __restrict o, const float* __restrict cPrev, float* __restrict c, float* __restrict tanhC,
+    float* __restrict h)
 {
-    for (int64_t b = 0; b < B; ++b) {
-        const float* a = acts + b * 4 * H;
-        const float* cp = cPrev + b * H;
-        float* cn = c + b * H;
-        if (keep && !keep[b]) { // the gates of a finished row are never read again
-            for (int64_t k = 0; k < H; ++k)
-                cn[k] = cp[k];
-            continue;
-        }
-        float* g = acts + b * 4 * H + 2 * H; // holds sigmoid(2z): make it tanh(z) in place
-        for (int64_t k = 0; k < H; ++k) {
-            g[k] = 2.0f * g[k] - 1.0f;
-            cn[k] = a[H + k] * cp[k] + a[k] * g[k];
-        }
+    for (int64_t k = 0; k < H; ++k) {
+        const float gk = 2.0f * g[k] - 1.0f; // tanh(z) = 2·sigmoid(2z) − 1
+        g[k] = gk;
+        const float cell = f[k] * cPrev[k] + i[k] * gk;
+        c[k] = cell;
+        const float t = 2.0f * sigmoidOf(2.0f * cell) - 1.0f;
+        tanhC[k] = t;
+        h[k] = o[k] * t;
     }
 }
 
-void lstmHidden(
-    int64_t B, int64_t H, const float* acts, const float* tanhC, const float* hPrev, const bool* keep, float* h)
+template <bool withOut>
+inline void backwardRow(int64_t H, const float* __restrict i, const float* __restrict f, const float* __restrict g,
+    const float* __restrict o, const float* __restrict tanhC, const float* __restrict cPrev, float* __restrict dh,
+    const float* __restrict dOut, float* __restrict dc, float* __restrict di, float* __restrict df,
+    float* __restrict dg, float* __restrict dout)
 {
-    for (int64_t b = 0; b < B; ++b) {
-        const float* a = acts + b * 4 * H;
-        const float* tc = tanhC + b * H;
-        float* hn = h + b * H;
-        if (keep && !keep[b]) {
-            const float* hp = hPrev + b * H;
-            for (int64_t k = 0; k < H; ++k)
-                hn[k] = hp[k];
-            continue;
-        }
-        for (int64_t k = 0; k < H; ++k)
-            hn[k] = a[3 * H + k] * tc[k];
+    for (int64_t k = 0; k < H; ++k) {
+        const float t = tanhC[k];
+        const float dhk = withOut ? dh[k] + dOut[k] : dh[k];
+        const float dct = dc[k] + dhk * o[k] * (1.0f - t * t);
+        di[k] = dct * g[k] * i[k] * (1.0f - i[k]);
+        df[k] = dct * cPrev[k] * f[k] * (1.0f - f[k]);
+        dg[k] = dct * i[k] * (1.0f - g[k] * g[k]);
+        dout[k] = dhk * t * o[k] * (1.0f - o[k]);
+        dc[k] = dct * f[k];
+        dh[k] = 0.0f;
     }
 }
 
-void lstmBackwardStep(int64_t B, int64_t H, const float* dh, float* dc, const float* acts, const float* tanhC,
-    const float* cPrev, const bool* keep, float* dgates, float* dhKeep)
+CHATBENCH_CLONES void lstmForwardStep(
+    int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h)
+{
+    for (int64_t b = 0; b < B; ++b) {
+        float* a = acts + b * 4 * H;
+        for (int64_t k = 0; k < 4 * H; ++k)
+            a[k] = sigmoidOf(a[k]);
+        cellRow(H, a, a + H, a + 2 * H, a + 3 * H, cPrev + b * H, c + b * H, tanhC + b * H, h + b * H);
+    }
+}
+
+CHATBENCH_CLONES void lstmBackwardStep(int64_t B, int64_t H, float* dh, const float* dOut, float* dc, const float* acts,
+    const float* tanhC, const float* cPrev, float* dgates)
 {
     for (int64_t b = 0; b < B; ++b) {
         const float* a = acts + b * 4 * H;
-        const float* tc = tanhC + b * H;
-        const float* cp = cPrev + b * H;
-        const float* dhb = dh + b * H;
-        float* dcb = dc + b * H;
         float* d = dgates + b * 4 * H;
-        float* keepb = dhKeep + b * H;
-        if (keep && !keep[b]) { // the step did not touch this row: its gradient flows past it
-            for (int64_t k = 0; k < 4 * H; ++k)
-                d[k] = 0.0f;
-            for (int64_t k = 0; k < H; ++k)
-                keepb[k] = dhb[k];
-            continue; // dc passes unchanged
-        }
-        for (int64_t k = 0; k < H; ++k) {
-            const float i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k], t = tc[k];
-            const float dct = dcb[k] + dhb[k] * o * (1.0f - t * t);
-            d[k] = dct * g * i * (1.0f - i);
-            d[H + k] = dct * cp[k] * f * (1.0f - f);
-            d[2 * H + k] = dct * i * (1.0f - g * g);
-            d[3 * H + k] = dhb[k] * t * o * (1.0f - o);
-            dcb[k] = dct * f;
-            keepb[k] = 0.0f;
-        }
+        if (dOut)
+            backwardRow<true>(H, a, a + H, a + 2 * H, a + 3 * H, tanhC + b * H, cPrev + b * H, dh + b * H, dOut + b * H,
+                dc + b * H, d, d + H, d + 2 * H, d + 3 * H);
+        else
+            backwardRow<false>(H, a, a + H, a + 2 * H, a + 3 * H, tanhC + b * H, cPrev + b * H, dh + b * H, nullptr,
+                dc + b * H, d, d + H, d + 2 * H, d + 3 * H);
     }
 }
 
-double sumSquares(const float* x, int64_t n)
+CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
 {
     // Eight float partial sums vectorise; each covers at most n/8 terms of one block.
     constexpr int64_t kBlock = 4096;
@@ -100,6 +141,53 @@ double sumSquares(const float* x, int64_t n)
             total += p;
     }
     return total;
+}
+
+CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const int64_t* target, float* colSum)
+{
+    // The max and the sum in 16 partial results each (what a vector register holds): the
+    // compiler keeps to the order written, so only explicit partials vectorise.
+    constexpr int64_t kLanes = 16;
+    double loss = 0;
+    for (int64_t row = 0; row < n; ++row) {
+        float* zr = z + row * V;
+        float part[kLanes];
+        for (int64_t j = 0; j < kLanes; ++j)
+            part[j] = zr[0];
+        int64_t v = 0;
+        for (; v + kLanes <= V; v += kLanes)
+            for (int64_t j = 0; j < kLanes; ++j)
+                part[j] = zr[v + j] > part[j] ? zr[v + j] : part[j];
+        float m = zr[0];
+        for (; v < V; ++v)
+            m = zr[v] > m ? zr[v] : m;
+        for (int64_t j = 0; j < kLanes; ++j)
+            m = part[j] > m ? part[j] : m;
+        const float zt = zr[target[row]];
+        for (int64_t j = 0; j < kLanes; ++j)
+            part[j] = 0.0f;
+        for (v = 0; v + kLanes <= V; v += kLanes)
+            for (int64_t j = 0; j < kLanes; ++j) {
+                zr[v + j] = expNonPositive(zr[v + j] - m);
+                part[j] += zr[v + j];
+            }
+        float sum = 0;
+        for (; v < V; ++v) {
+            zr[v] = expNonPositive(zr[v] - m);
+            sum += zr[v];
+        }
+        for (int64_t j = 0; j < kLanes; ++j)
+            sum += part[j];
+        loss += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(zt);
+        const float inv = 1.0f / sum;
+        for (v = 0; v < V; ++v) {
+            zr[v] *= inv;
+            colSum[v] += zr[v];
+        }
+        zr[target[row]] -= 1.0f;
+        colSum[target[row]] -= 1.0f;
+    }
+    return loss;
 }
 
 } // namespace chatbench::kernels

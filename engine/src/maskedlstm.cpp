@@ -4,7 +4,6 @@
 #include "kernels.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -97,7 +96,7 @@ public:
         const int64_t N = p.N;
         auto xp = x.contiguous().view({ B * T, I }).index_select(0, p.flat); // (N, I): the real steps only
         // tanh(z) = 2·sigmoid(2z) − 1: with the cell-candidate rows of the weights doubled, one
-        // sigmoid pass over all four gates serves (lstmCell turns those back into tanh values).
+        // sigmoid pass over all four gates serves (lstmForwardStep turns those back into tanh values).
         auto twice = torch::ones({ 4 * H, 1 }, x.options());
         twice.narrow(0, 2 * H, H).fill_(2.0);
         const auto bias = (bIh + bHh) * twice.squeeze(1);
@@ -134,12 +133,8 @@ public:
             } else {
                 recurrent->accumulate(gt, states.narrow(0, from, n));
             }
-            gt.sigmoid_();
-            float* a = g + at * 4 * H;
-            kernels::lstmCell(n, H, a, cb + from * H, nullptr, cb + (B + at) * H);
-            auto tct = tanhC.narrow(0, at, n);
-            at::tanh_out(tct, cstates.narrow(0, B + at, n));
-            kernels::lstmHidden(n, H, a, tc + at * H, hb + from * H, nullptr, hb + (B + at) * H);
+            kernels::lstmForwardStep(
+                n, H, g + at * 4 * H, cb + from * H, cb + (B + at) * H, tc + at * H, hb + (B + at) * H);
             if (bf16)
                 statesB.narrow(0, B + at, n).copy_(states.narrow(0, B + at, n));
         }
@@ -192,20 +187,14 @@ public:
         const float* cb = cstates.data_ptr<float>();
         const float* g = gy.defined() ? gy.data_ptr<float>() : nullptr;
         float* dhp = dh.data_ptr<float>();
-        auto scratch = torch::empty({ B, H }, f32);
         for (int64_t t = steps - 1; t >= 0; --t) {
             const size_t ts = static_cast<size_t>(t);
             const int64_t rows = n[ts], at = off[ts], from = t == 0 ? 0 : B + off[ts - 1];
-            if (g) // the output at step t is the state after it
-                for (int64_t k = 0; k < rows * H; ++k)
-                    dhp[k] += g[at * H + k];
-            // Then dh's active rows become the gradient with respect to the state before step t:
-            // zero, plus the recurrent product. (The kernel's dhKeep output, all zeros for active
-            // rows, goes to a scratch buffer: passing dh itself would make the compiler's
-            // overlap check fall back to a scalar loop.)
-            kernels::lstmBackwardStep(rows, H, dhp, dc.data_ptr<float>(), a + at * 4 * H, tcs + at * H, cb + from * H,
-                nullptr, dgates.data_ptr<float>() + at * 4 * H, scratch.data_ptr<float>());
-            std::memset(dhp, 0, sizeof(float) * static_cast<size_t>(rows * H));
+            // The output at step t is the state after it: its gradient joins dh. Then dh's active
+            // rows become the gradient with respect to the state before step t: zero (here),
+            // plus the recurrent product (below).
+            kernels::lstmBackwardStep(rows, H, dhp, g ? g + at * H : nullptr, dc.data_ptr<float>(), a + at * 4 * H,
+                tcs + at * H, cb + from * H, dgates.data_ptr<float>() + at * 4 * H);
             auto dhRows = dh.narrow(0, 0, rows);
             if (bf16) {
                 auto db16 = dgatesB.narrow(0, at, rows);
