@@ -480,10 +480,8 @@ void TestModel::maskedLstmPassesEmptyRowsThrough()
 void TestModel::maskedModelTrainsLikeTorchModel_data()
 {
     QTest::addColumn<bool>("bf16");
-    QTest::addColumn<double>("spread"); // scales the weight: logits of ±3, or ±120 (most exps under 1e-38)
-    QTest::newRow("fp32") << false << 0.3;
-    QTest::newRow("fp32, wide logits") << false << 12.0;
-    QTest::newRow("bf16 products") << true << 0.3;
+    QTest::newRow("fp32") << false;
+    QTest::newRow("bf16 products") << true;
 }
 
 void TestModel::maskedModelTrainsLikeTorchModel()
@@ -528,7 +526,8 @@ void TestModel::maskedModelTrainsLikeTorchModel()
 void TestModel::projectedLossMatchesLinearCrossEntropy_data()
 {
     QTest::addColumn<bool>("bf16");
-    QTest::addColumn<double>("spread"); // scales the weight: logits of ±3, or ±120 (most exps under 1e-38)
+    QTest::addColumn<double>(
+        "spread"); // the weight scale: logits of a few units, or of ±100 and more (exps below 1e-38)
     QTest::newRow("fp32") << false << 0.3;
     QTest::newRow("fp32, wide logits") << false << 12.0;
     QTest::newRow("bf16 products") << true << 0.3;

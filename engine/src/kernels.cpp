@@ -68,7 +68,7 @@ inline void cellRow(int64_t H, const float* __restrict i, const float* __restric
     float* __restrict h)
 {
     for (int64_t k = 0; k < H; ++k) {
-        const float gk = 2.0f * g[k] - 1.0f; // tanh(z) = 2·sigmoid(2z) − 1
+        const float gk = 2.0f * sigmoidOf(2.0f * g[k]) - 1.0f; // tanh(z) = 2·sigmoid(2z) − 1
         g[k] = gk;
         const float cell = f[k] * cPrev[k] + i[k] * gk;
         c[k] = cell;
@@ -102,7 +102,9 @@ CHATBENCH_CLONES void lstmForwardStep(
 {
     for (int64_t b = 0; b < B; ++b) {
         float* a = acts + b * 4 * H;
-        for (int64_t k = 0; k < 4 * H; ++k)
+        for (int64_t k = 0; k < 2 * H; ++k) // i and f
+            a[k] = sigmoidOf(a[k]);
+        for (int64_t k = 3 * H; k < 4 * H; ++k) // o (the cell candidate's tanh comes in cellRow)
             a[k] = sigmoidOf(a[k]);
         cellRow(H, a, a + H, a + 2 * H, a + 3 * H, cPrev + b * H, c + b * H, tanhC + b * H, h + b * H);
     }

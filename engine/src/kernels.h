@@ -10,9 +10,8 @@ namespace chatbench::kernels {
 void rmspropUpdate(float* w, const float* g, float* sa, int64_t n, float alpha, float eps, float lr, float scale);
 
 // One LSTM step for B rows of H units, after the products. acts (B, 4H) holds the pre-activations
-// of i, f, 2·z_g (the cell candidate's rows of the weights doubled) and o, and becomes
-// sigmoid(i), sigmoid(f), g = tanh(z_g) = 2·sigmoid(2·z_g) − 1 and sigmoid(o); then
-// c = f·cPrev + i·g, tanhC = tanh(c), h = o·tanhC.
+// of i, f, g and o, and becomes sigmoid(i), sigmoid(f), tanh(g) and sigmoid(o); then
+// c = f·cPrev + i·tanh(g), tanhC = tanh(c), h = o·tanhC (tanh as 2·sigmoid(2x) − 1).
 void lstmForwardStep(int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h);
 // One step of the LSTM backward pass. In: dh (B, H) w.r.t. the state after the step, plus dOut
 // (B, H; null: none) w.r.t. the step's output; dc (B, H) w.r.t. the cell after the step; acts,

@@ -95,14 +95,10 @@ public:
         const Packing p = Packing::make(lengths, B, T);
         const int64_t N = p.N;
         auto xp = x.contiguous().view({ B * T, I }).index_select(0, p.flat); // (N, I): the real steps only
-        // tanh(z) = 2·sigmoid(2z) − 1: with the cell-candidate rows of the weights doubled, one
-        // sigmoid pass over all four gates serves (lstmForwardStep turns those back into tanh values).
-        auto twice = torch::ones({ 4 * H, 1 }, x.options());
-        twice.narrow(0, 2 * H, H).fill_(2.0);
-        const auto bias = (bIh + bHh) * twice.squeeze(1);
+        const auto bias = bIh + bHh;
         // The input projection of every real step at once: (N, I) × (I, 4H).
         torch::Tensor gates; // (N, 4H) fp32
-        std::optional<RecurrentProduct> recurrent; // fp32: gates += h · (2·wHh)ᵀ
+        std::optional<RecurrentProduct> recurrent; // fp32: gates += h · wHhᵀ
         torch::Tensor wHhB, statesB; // bf16: the recurrent weight and the states as operands
         auto states = torch::empty({ B + N, H }, x.options()); // initial states (sorted), then each step's h
         auto cstates = torch::empty({ B + N, H }, x.options()); // the same for c
@@ -112,13 +108,13 @@ public:
             xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
             gates = bias.expand({ N, 4 * H }).contiguous();
             if (N > 0)
-                gemmBf16(xp, false, (wIh * twice).to(torch::kBFloat16), true, 1.0f, gates);
-            wHhB = (wHh * twice).to(torch::kBFloat16);
+                gemmBf16(xp, false, wIh.to(torch::kBFloat16), true, 1.0f, gates);
+            wHhB = wHh.to(torch::kBFloat16);
             statesB = torch::empty({ B + N, H }, xp.options());
             statesB.narrow(0, 0, B).copy_(states.narrow(0, 0, B));
         } else {
-            gates = at::addmm(bias, xp, (wIh * twice).t());
-            recurrent.emplace(wHh * twice, /*transposed=*/true, B);
+            gates = at::addmm(bias, xp, wIh.t());
+            recurrent.emplace(wHh, /*transposed=*/true, B);
         }
         auto tanhC = torch::empty({ N, H }, x.options()); // tanh of each step's new c
         float* g = gates.data_ptr<float>();
