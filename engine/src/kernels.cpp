@@ -17,13 +17,15 @@ namespace {
 
 // e^x for x ≤ 0 (softmax arguments; below −87 it is 0 as far as a float sum can tell), as loops
 // that vectorise: x = k·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor series to r⁷/7!
-// (truncation error < 2e-9 relative), 2^k put into the exponent bits. Within 2 ulp of expf.
+// (truncation error < 2e-9 relative), 2^k put into the exponent bits. Within 1 ulp of the
+// correctly rounded e^x at every float in [−87, 0] (checked against double-precision exp).
 inline float expNonPositive(float x)
 {
     x = x < -87.0f ? -87.0f : x;
     constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
     constexpr float kRound = 12582912.0f; // 1.5·2^23: adding and subtracting it rounds to an integer
-    const float k = (x * kLog2e + kRound) - kRound;
+    const float shifted = x * kLog2e + kRound;
+    const float k = shifted - kRound;
     const float r = (x - k * kLn2Hi) - k * kLn2Lo;
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
@@ -33,7 +35,11 @@ inline float expNonPositive(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    // 2^k from the low bits of `shifted` (0x4B400000 + k): no float-to-int conversion, which a
+    // NaN (a diverged step, to be reported as such) would make undefined.
+    uint32_t kBits;
+    std::memcpy(&kBits, &shifted, sizeof kBits);
+    const uint32_t bits = (kBits - 0x4B400000u + 127u) << 23;
     float scale;
     std::memcpy(&scale, &bits, sizeof scale);
     return p * scale;
