@@ -831,36 +831,47 @@ void TestModel::onCoresSharesTheThreadsAndRestoresThem()
 
 void TestModel::stepInPartsMatchesOnePass_data()
 {
-    QTest::addColumn<bool>("rmsprop"); // the fused clip + RMSprop update, or Adam through torch::optim
+    QTest::addColumn<QString>("optimizer"); // rmsprop: the fused clip + update; others through torch::optim
     QTest::addColumn<int>("layers");
-    QTest::newRow("adam") << false << 1;
-    QTest::newRow("rmsprop-clip") << true << 1;
-    QTest::newRow("adam-two-layers") << false << 2;
-    QTest::newRow("adam-bf16") << false << -1; // every product on bf16 operands
-    // E = 48, H = 96, 32 pairs of up to 10 and 16 words, SGD (Adam and RMSprop turn rounding-level
-    // gradients into full steps): attention's weight gradients come out of autograd as views.
-    QTest::newRow("sgd-attention-wider") << false << 0;
+    QTest::addColumn<bool>("bf16"); // every product on bf16 operands
+    QTest::addColumn<bool>("wide"); // E = 48, H = 96, 32 pairs of up to 10 and 16 words
+    QTest::addColumn<bool>("attention");
+    QTest::newRow("adam") << "adam" << 1 << false << false << false;
+    QTest::newRow("rmsprop-clip") << "rmsprop" << 1 << false << false << false;
+    QTest::newRow("adam-two-layers") << "adam" << 2 << false << false << false;
+    QTest::newRow("adam-bf16") << "adam" << 1 << true << false << false;
+    // Parameters of many 4096-element blocks, so that each lane sums, squares and updates a share
+    // of every large one.
+    QTest::newRow("rmsprop-clip-wider") << "rmsprop" << 1 << false << true << false;
+    QTest::newRow("rmsprop-wider-bf16") << "rmsprop" << 1 << true << true << false;
+    // SGD (Adam and RMSprop turn rounding-level gradients into full steps): attention's weight
+    // gradients come out of autograd as views.
+    QTest::newRow("sgd-attention-wider") << "sgd" << 1 << false << true << true;
 }
 
 // A CPU step on two cores runs the batch as two row slices side by side (every other row each);
 // its update is the one-pass update up to rounding, and the same every time.
 void TestModel::stepInPartsMatchesOnePass()
 {
-    QFETCH(bool, rmsprop);
+    QFETCH(QString, optimizer);
     QFETCH(int, layers);
+    QFETCH(bool, bf16);
+    QFETCH(bool, wide);
+    QFETCH(bool, attention);
     TrainConfig cfg = tinyTraining();
-    cfg.model.layers = std::max(1, layers);
+    cfg.model.layers = layers;
     std::vector<Example> ex = variedExamples(21);
-    if (layers == 0) {
+    if (wide) {
         cfg.model.embedDim = 48;
         cfg.model.hidden = 96;
-        cfg.model.attention = true;
         cfg.model.maxTargetLength = 20;
-        cfg.optimizer = OptimizerKind::SGD;
-        cfg.learningRate = 0.1;
         ex = variedExamples(32, 10, 15);
     }
-    if (rmsprop) {
+    cfg.model.attention = attention;
+    if (optimizer == "sgd") {
+        cfg.optimizer = OptimizerKind::SGD;
+        cfg.learningRate = 0.1;
+    } else if (optimizer == "rmsprop") {
         cfg.optimizer = OptimizerKind::RMSprop;
         cfg.learningRate = 1e-3;
         cfg.clipNorm = 0.05; // small enough to clip
@@ -869,7 +880,7 @@ void TestModel::stepInPartsMatchesOnePass()
     const int threadsBefore = at::get_num_threads();
     auto stepWith = [&](int threads) {
         at::set_num_threads(threads);
-        Stepper s = makeStepper(cfg, torch::kCPU, layers < 0 ? Precision::BF16 : Precision::FP32);
+        Stepper s = makeStepper(cfg, torch::kCPU, bf16 ? Precision::BF16 : Precision::FP32);
         const int64_t parts = stepParts(s, batch);
         std::vector<double> losses;
         for (int i = 0; i < 3; ++i)

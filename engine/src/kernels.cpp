@@ -131,6 +131,12 @@ CHATBENCH_CLONES void lstmBackwardStep(int64_t B, int64_t H, float* dh, const fl
     }
 }
 
+CHATBENCH_CLONES void addInto(float* __restrict dst, const float* __restrict src, int64_t n)
+{
+    for (int64_t k = 0; k < n; ++k)
+        dst[k] += src[k];
+}
+
 CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
 {
     // Eight float partial sums vectorise; each covers at most n/8 terms of one block.

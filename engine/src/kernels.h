@@ -23,6 +23,9 @@ void lstmBackwardStep(int64_t B, int64_t H, float* dh, const float* dOut, float*
 // Σ x² over [0, n), accumulated in double.
 double sumSquares(const float* x, int64_t n);
 
+// dst += src over [0, n); the two never overlap.
+void addInto(float* dst, const float* src, int64_t n);
+
 // Softmax cross-entropy of n rows of V logits z (row-major), in place: each row becomes
 // softmax(z) − onehot(target), and is added to colSum (V); returns Σ −log softmax(z)[target],
 // in double. Three passes per row (max; exp and its sum; scale and column sum), each over one row

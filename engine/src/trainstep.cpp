@@ -15,6 +15,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <utility>
 
 namespace chatbench {
 
@@ -109,44 +110,41 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
 
 namespace {
 
-// Gradient-norm clipping and RMSprop in two passes over the parameters instead of about ten:
-// one pass sums the squared gradients, one updates every element (square average, step) with
-// the clip factor folded in. Same maths and the same optimizer state (so checkpoints are
-// unchanged); false when the optimizer or a tensor is not the plain CPU fp32 case it handles.
-bool fusedClipRmsprop(Stepper& s)
+// A plain RMSprop (one group; no weight decay, momentum or centring; every parameter with a
+// gradient CPU fp32 and contiguous), seen as the raw arrays its update runs over.
+struct PlainRmsprop {
+    std::vector<float*> w; // each parameter with a gradient
+    std::vector<const float*> g; // its gradient
+    std::vector<float*> squareAvg; // its optimizer state
+    std::vector<int64_t> n; // its element count
+    std::vector<torch::optim::RMSpropParamState*> states;
+    float alpha = 0, eps = 0, lr = 0;
+};
+
+// The arrays of s's optimizer when it is a plain RMSprop (its state made where missing);
+// nullopt when it is anything else, which torch::optim then steps.
+std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
 {
     auto* rms = dynamic_cast<torch::optim::RMSprop*>(s.optimizer.get());
     if (!rms || rms->param_groups().size() != 1)
-        return false;
+        return std::nullopt;
     auto& group = rms->param_groups().front();
     const auto& o = static_cast<const torch::optim::RMSpropOptions&>(group.options());
     if (o.weight_decay() != 0 || o.momentum() != 0 || o.centered())
-        return false;
+        return std::nullopt;
     std::vector<torch::Tensor> params;
     for (const auto& p : group.params()) {
         if (!p.grad().defined())
             continue;
         if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous()
             || !p.grad().is_contiguous() || p.grad().scalar_type() != torch::kFloat32)
-            return false;
+            return std::nullopt;
         params.push_back(p);
     }
-    // Clip factor, as clip_grad_norm_ computes it.
-    double coef = 1.0;
-    if (s.clipNorm > 0) {
-        double sumsq = 0;
-        for (const auto& p : params)
-            sumsq += at::parallel_reduce(
-                0, p.grad().numel(), 65536, 0.0,
-                [&](int64_t begin, int64_t end, double acc) {
-                    return acc + kernels::sumSquares(p.grad().data_ptr<float>() + begin, end - begin);
-                },
-                std::plus<double>());
-        const double norm = std::sqrt(sumsq);
-        coef = std::min(1.0, s.clipNorm / (norm + 1e-6));
-    }
-    const float alpha = static_cast<float>(o.alpha()), eps = static_cast<float>(o.eps());
-    const float lr = static_cast<float>(o.lr()), scale = static_cast<float>(coef);
+    PlainRmsprop r;
+    r.alpha = static_cast<float>(o.alpha());
+    r.eps = static_cast<float>(o.eps());
+    r.lr = static_cast<float>(o.lr());
     auto& state = rms->state();
     for (auto& p : params) {
         auto key = p.unsafeGetTensorImpl();
@@ -157,15 +155,59 @@ bool fusedClipRmsprop(Stepper& s)
             fresh->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
             it = state.emplace(key, std::move(fresh)).first;
         }
-        auto& st = static_cast<torch::optim::RMSpropParamState&>(*it->second);
-        st.step(st.step() + 1);
-        float* w = p.data_ptr<float>();
-        const float* g = p.grad().data_ptr<float>();
-        float* sa = st.square_avg().data_ptr<float>();
-        at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
-            kernels::rmspropUpdate(w + begin, g + begin, sa + begin, end - begin, alpha, eps, lr, scale);
-        });
+        auto* st = static_cast<torch::optim::RMSpropParamState*>(it->second.get());
+        r.w.push_back(p.data_ptr<float>());
+        r.g.push_back(p.grad().data_ptr<float>());
+        r.squareAvg.push_back(st->square_avg().data_ptr<float>());
+        r.n.push_back(p.numel());
+        r.states.push_back(st);
     }
+    return r;
+}
+
+// clip_grad_norm_'s factor for a gradient whose squares sum to `sumSquares`.
+float clipFactor(double clipNorm, double sumSquares)
+{
+    if (clipNorm <= 0)
+        return 1.0f;
+    return static_cast<float>(std::min(1.0, clipNorm / (std::sqrt(sumSquares) + 1e-6)));
+}
+
+// RMSprop's update of elements [begin, end) of parameter i, the gradient scaled by `clip`.
+void rmspropRange(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, float clip)
+{
+    kernels::rmspropUpdate(
+        r.w[i] + begin, r.g[i] + begin, r.squareAvg[i] + begin, end - begin, r.alpha, r.eps, r.lr, clip);
+}
+
+void countRmspropStep(const PlainRmsprop& r)
+{
+    for (auto* st : r.states)
+        st->step(st->step() + 1);
+}
+
+// Gradient-norm clipping and RMSprop in two passes over the parameters instead of about ten:
+// one pass sums the squared gradients, one updates every element (square average, step) with
+// the clip factor folded in. Same maths and the same optimizer state (so checkpoints are
+// unchanged); false when the optimizer or a tensor is not the plain case it handles.
+bool fusedClipRmsprop(Stepper& s)
+{
+    const auto r = plainRmsprop(s);
+    if (!r)
+        return false;
+    double sumsq = 0;
+    if (s.clipNorm > 0)
+        for (size_t i = 0; i < r->g.size(); ++i)
+            sumsq += at::parallel_reduce(
+                0, r->n[i], 65536, 0.0,
+                [&](int64_t begin, int64_t end, double acc) {
+                    return acc + kernels::sumSquares(r->g[i] + begin, end - begin);
+                },
+                std::plus<double>());
+    const float clip = clipFactor(s.clipNorm, sumsq);
+    countRmspropStep(*r);
+    for (size_t i = 0; i < r->g.size(); ++i)
+        at::parallel_for(0, r->n[i], 16384, [&](int64_t begin, int64_t end) { rmspropRange(*r, i, begin, end, clip); });
     return true;
 }
 
@@ -269,11 +311,31 @@ int64_t evaluationCores(const Stepper& s, int64_t batches)
 
 namespace {
 
+// Each parameter's elements in blocks of this many (each summed and squared while in L1); lane k
+// of `lanes` takes the blocks [k·nb/lanes, (k + 1)·nb/lanes) of every parameter.
+constexpr int64_t kLaneBlock = 4096;
+
+std::pair<int64_t, int64_t> laneShare(int64_t n, int64_t lane, int64_t lanes)
+{
+    const int64_t blocks = (n + kLaneBlock - 1) / kLaneBlock;
+    return { std::min(n, blocks * lane / lanes * kLaneBlock), std::min(n, blocks * (lane + 1) / lanes * kLaneBlock) };
+}
+
+struct PartsOutcome {
+    torch::Tensor loss; // summed over the batch's real target tokens
+    // The squares of the summed gradients, added up (in a fixed order of blocks, so the same on
+    // any number of cores); nullopt when the sums were not made in the lanes.
+    std::optional<double> gradSquares;
+};
+
 // The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
 // of its own, the gradients summed in slice order into the parameters' grad (the same sums as
 // one pass up to rounding, and the same every time: the slices and the order of the sums are
-// fixed). Returns the summed loss.
-torch::Tensor lossInParts(Stepper& s, const Batch& batch, int64_t parts, double tokens)
+// fixed). The sums, and the squares clipping needs, are made by the lanes too, each over its
+// share of every parameter's elements: nothing of the step runs as a parallel region of the
+// caller's own OpenMP team, whose worker would otherwise spin on one core into the next step's
+// lanes.
+PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double tokens)
 {
     const auto params = s.model->parameters();
     std::vector<std::vector<torch::Tensor>> grads(static_cast<size_t>(parts));
@@ -285,28 +347,63 @@ torch::Tensor lossInParts(Stepper& s, const Batch& batch, int64_t parts, double 
             /*create_graph=*/false, /*allow_unused=*/true);
         sums[i] = partSum.detach();
     });
+    // Each parameter's gradient: the first slice's, the others added to it in slice order.
+    std::vector<torch::Tensor> total(params.size());
+    std::vector<std::vector<torch::Tensor>> addends(params.size());
+    bool raw = true; // every sum over plain fp32 arrays (else ATen adds them)
     for (size_t i = 0; i < params.size(); ++i) {
-        torch::Tensor g;
         for (const auto& part : grads) {
-            if (!part[i].defined())
+            const auto& g = part[i];
+            if (!g.defined())
                 continue;
-            if (g.defined()) {
-                g.add_(part[i]);
-            } else if (part[i].is_view() || !part[i].is_contiguous()) {
+            if (!total[i].defined()) {
                 // A parameter's grad is a dense tensor of its own, as backward() leaves it: the
                 // optimizer detaches it in place, which a view (attention's weights) refuses.
-                g = part[i].clone(torch::MemoryFormat::Contiguous);
+                total[i] = g.is_view() || !g.is_contiguous() ? g.clone(torch::MemoryFormat::Contiguous) : g;
+                raw = raw && total[i].scalar_type() == torch::kFloat32;
             } else {
-                g = part[i];
+                addends[i].push_back(g);
+                raw = raw && g.is_contiguous() && g.scalar_type() == torch::kFloat32 && g.numel() == total[i].numel();
             }
         }
-        if (g.defined())
-            params[i].mutable_grad() = g;
     }
-    torch::Tensor sum = sums[0];
+    PartsOutcome out;
+    if (raw) {
+        std::vector<size_t> firstBlock(params.size() + 1, 0);
+        for (size_t i = 0; i < params.size(); ++i)
+            firstBlock[i + 1] = firstBlock[i]
+                + (total[i].defined() ? static_cast<size_t>((total[i].numel() + kLaneBlock - 1) / kLaneBlock) : 0);
+        std::vector<double> squares(firstBlock.back(), 0.0);
+        onCores(s, parts, parts, [&](int64_t k) {
+            for (size_t i = 0; i < params.size(); ++i) {
+                if (!total[i].defined())
+                    continue;
+                float* dst = total[i].data_ptr<float>();
+                const auto [begin, end] = laneShare(total[i].numel(), k, parts);
+                for (int64_t b = begin; b < end; b += kLaneBlock) {
+                    const int64_t n = std::min(kLaneBlock, end - b);
+                    for (const auto& g : addends[i])
+                        kernels::addInto(dst + b, g.data_ptr<float>() + b, n);
+                    squares[firstBlock[i] + static_cast<size_t>(b / kLaneBlock)] = kernels::sumSquares(dst + b, n);
+                }
+            }
+        });
+        double sumsq = 0;
+        for (double q : squares)
+            sumsq += q;
+        out.gradSquares = sumsq;
+    } else {
+        for (size_t i = 0; i < params.size(); ++i)
+            for (const auto& g : addends[i])
+                total[i].add_(g);
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+        if (total[i].defined())
+            params[i].mutable_grad() = total[i];
+    out.loss = sums[0];
     for (size_t i = 1; i < sums.size(); ++i)
-        sum = sum + sums[i];
-    return sum;
+        out.loss = out.loss + sums[i];
+    return out;
 }
 
 } // namespace
@@ -376,8 +473,12 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
         sum = torch::Tensor();
     };
     restart();
-    if (const int64_t parts = stepParts(s, batch); parts > 1) {
-        sum = lossInParts(s, batch, parts, tokens);
+    const int64_t parts = stepParts(s, batch);
+    std::optional<double> gradSquares; // made by the lanes
+    if (parts > 1) {
+        auto summed = lossInParts(s, batch, parts, tokens);
+        sum = summed.loss;
+        gradSquares = summed.gradSquares;
     } else {
         inPasses(s, batch, restart, [&](const Batch& part) {
             auto partSum = lossSum(s, part, true, s.teacherForcing, nullptr);
@@ -409,7 +510,24 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
     out.lossSum = sum.item<double>();
     if (!std::isfinite(out.loss) && !scaleLoss)
         out.applied = false; // the caller decides: training stops with an error naming the step
-    if (out.applied && !fusedClipRmsprop(s)) {
+    if (!out.applied)
+        return out;
+    if (gradSquares) {
+        // The update in the lanes too, each over its share of the elements.
+        if (const auto r = plainRmsprop(s)) {
+            const float clip = clipFactor(s.clipNorm, *gradSquares);
+            countRmspropStep(*r);
+            onCores(s, parts, parts, [&](int64_t k) {
+                for (size_t i = 0; i < r->n.size(); ++i) {
+                    const auto [begin, end] = laneShare(r->n[i], k, parts);
+                    if (begin < end)
+                        rmspropRange(*r, i, begin, end, clip);
+                }
+            });
+            return out;
+        }
+    }
+    if (!fusedClipRmsprop(s)) {
         if (s.clipNorm > 0)
             torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.clipNorm);
         s.optimizer->step();
