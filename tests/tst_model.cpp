@@ -586,8 +586,9 @@ void TestModel::bf16ProductsSumInFp32_data()
 void TestModel::bf16ProductsSumInFp32()
 {
     // c = beta·c + op(a)·op(b) against the same sums in double from the bf16-rounded operands:
-    // the products and sums are fp32's, so they agree to fp32 rounding over K = 300 terms, far
-    // closer than a result rounded to bf16 (2^-9 relative) would.
+    // the products and sums are fp32's, so through MKL they agree to fp32 rounding over K = 300
+    // terms, far closer than a result rounded to bf16 (2^-9 relative) would; through oneDNN each
+    // product is rounded to bf16 once, and within that of the sum.
     QFETCH(bool, transA);
     QFETCH(bool, transB);
     QFETCH(int, layout);
@@ -595,6 +596,7 @@ void TestModel::bf16ProductsSumInFp32()
     QFETCH(int64_t, M);
 #if defined(__x86_64__)
     QVERIFY2(mklBf16Gemm(), "LibTorch's MKL bf16 GEMM was not found: the products fall back to ATen");
+    QVERIFY(bf16GemmPath() != Bf16Gemm::Fp32);
 #endif
     torch::manual_seed(17);
     const int64_t K = 300, N = 53;
@@ -615,11 +617,15 @@ void TestModel::bf16ProductsSumInFp32()
     auto c = layout == 1 ? cFull.narrow(1, 3, N) : cFull.narrow(1, 0, N).clone();
     const auto c0 = c.to(torch::kFloat64);
     const auto opA = (transA ? a.t() : a).to(torch::kFloat64), opB = (transB ? b.t() : b).to(torch::kFloat64);
-    const auto ref = c0 * beta + at::mm(opA, opB);
+    const auto prod = at::mm(opA, opB);
+    const auto ref = c0 * beta + prod;
     gemmBf16(a, transA, b, transB, beta, c);
     const double scale = ref.abs().max().item<double>();
     const double error = (c.to(torch::kFloat64) - ref).abs().max().item<double>();
-    QVERIFY2(error < 1e-5 * scale, qPrintable(QString("off by %1 of %2").arg(error).arg(scale)));
+    const double rounding = bf16GemmPath() == Bf16Gemm::OneDnn ? std::ldexp(prod.abs().max().item<double>(), -8) : 0.0;
+    QVERIFY2(error < 1e-5 * scale + rounding, qPrintable(QString("off by %1 of %2").arg(error).arg(scale)));
+    if (bf16GemmPath() == Bf16Gemm::Mkl) // unrounded: closer than bf16 could be
+        QVERIFY(error < std::ldexp(prod.abs().max().item<double>(), -12));
     if (layout == 1) { // the columns beside the view are untouched
         QVERIFY(torch::equal(cFull.narrow(1, 0, 3), before.narrow(1, 0, 3)));
         QVERIFY(torch::equal(cFull.narrow(1, 3 + N, 4), before.narrow(1, 3 + N, 4)));
@@ -895,12 +901,19 @@ void TestModel::stepInPartsMatchesOnePass()
     QCOMPARE(onePart, int64_t(1));
     QCOMPARE(twoParts, int64_t(2));
     QCOMPARE(threeParts, std::min<int64_t>(3, batch.source.size(0) / 8)); // at least 8 rows a slice
+    // Through oneDNN each bf16 product is rounded to bf16, and the slices' weight gradients are two
+    // such products summed instead of one: the same up to bf16's rounding, not fp32's (measured
+    // 1.4e-5 in the loss and 4.2e-5 in the weights).
+    const double tolerance = bf16 && bf16GemmPath() == Bf16Gemm::OneDnn ? 1e-4 : 1e-5;
     for (size_t i = 0; i < oneLoss.size(); ++i) {
-        QVERIFY2(std::abs(twoLoss[i] - oneLoss[i]) < 1e-5 * std::abs(oneLoss[i]),
+        QVERIFY2(std::abs(twoLoss[i] - oneLoss[i]) < tolerance * std::abs(oneLoss[i]),
             qPrintable(QString("step %1: %2 vs %3").arg(i).arg(twoLoss[i]).arg(oneLoss[i])));
         QCOMPARE(againLoss[i], twoLoss[i]); // bit for bit
     }
-    QVERIFY(weightsWithin(one, two, 1e-5));
+    // (RMSprop moves an element by about lr whatever its gradient's size, so there the bf16
+    // rounding of a near-zero gradient decides a whole step: only the losses compare.)
+    if (!(bf16 && optimizer == "rmsprop" && bf16GemmPath() == Bf16Gemm::OneDnn))
+        QVERIFY(weightsWithin(one, two, tolerance));
     QVERIFY(sameTensors(copies(two.model->parameters()), copies(again.model->parameters())));
     // The gradients are the parameters' own dense tensors, as backward() leaves them: the
     // optimizer's zero_grad detaches them in place, which a view refuses.

@@ -3,7 +3,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <string>
 
 namespace chatbench {
 
@@ -114,6 +117,54 @@ bool mklBf16Gemm()
     return mklGemmBf16() != nullptr;
 }
 
+namespace {
+
+// The CPU's vendor and whether it has AVX512-BF16, from /proc/cpuinfo (unreadable: neither).
+struct CpuKind {
+    bool intel = false;
+    bool avx512Bf16 = false;
+};
+
+CpuKind cpuKind()
+{
+    CpuKind k;
+    std::ifstream info("/proc/cpuinfo");
+    for (std::string line; std::getline(info, line);) {
+        if (line.rfind("vendor_id", 0) == 0)
+            k.intel = line.find("GenuineIntel") != std::string::npos;
+        if (line.rfind("flags", 0) == 0) {
+            std::istringstream words(line.substr(line.find(':') + 1));
+            for (std::string w; words >> w;)
+                k.avx512Bf16 = k.avx512Bf16 || w == "avx512_bf16";
+            break; // every core says the same
+        }
+    }
+    return k;
+}
+
+} // namespace
+
+Bf16Gemm bf16GemmPath()
+{
+    static const Bf16Gemm path = [] {
+        const CpuKind cpu = cpuKind();
+        if (!cpu.intel && cpu.avx512Bf16 && at::globalContext().userEnabledMkldnn())
+            return Bf16Gemm::OneDnn;
+        return mklGemmBf16() ? Bf16Gemm::Mkl : Bf16Gemm::Fp32;
+    }();
+    return path;
+}
+
+std::string bf16GemmDescription()
+{
+    switch (bf16GemmPath()) {
+    case Bf16Gemm::Mkl: return "products through MKL, summed in fp32";
+    case Bf16Gemm::OneDnn: return "products through oneDNN, summed in fp32 and rounded to bf16";
+    case Bf16Gemm::Fp32: return "products in fp32 from the bf16 operands";
+    }
+    return {};
+}
+
 void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool transB, float beta, torch::Tensor& c)
 {
     TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16
@@ -127,7 +178,16 @@ void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool 
     // c's rows as MKL wants them: unit stride along a row and a leading dimension ≥ N (a single
     // row may carry any stride(0)).
     const bool rowsOk = c.stride(1) == 1 && (M == 1 || c.stride(0) >= N);
-    const GemmBf16 fn = mklGemmBf16();
+    const Bf16Gemm path = bf16GemmPath();
+    if (path == Bf16Gemm::OneDnn) {
+        const auto prod = at::mm(transA ? a.t() : a, transB ? b.t() : b); // (M, N) bf16
+        if (beta == 0.0f)
+            c.copy_(prod);
+        else
+            c.add_(prod);
+        return;
+    }
+    const GemmBf16 fn = path == Bf16Gemm::Mkl ? mklGemmBf16() : nullptr;
     if (!fn || !rowsOk || M == 0 || N == 0 || std::max({ M, N, K, c.stride(0), a.numel(), b.numel() }) > kMax) {
         auto prod = at::mm(transA ? a.t().to(torch::kFloat32) : a.to(torch::kFloat32),
             transB ? b.t().to(torch::kFloat32) : b.to(torch::kFloat32));

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <string>
+
 namespace chatbench {
 
 // c (m, N) += a (m, K) · op(w) for one weight and the m ≤ M rows of every step, all row-major
@@ -25,12 +27,29 @@ private:
     torch::Tensor m_packed; // undefined: at::addmm_
 };
 
+// How gemmBf16 runs on this CPU. MKL's bf16 GEMM sums straight into fp32, at bf16 speed on Intel
+// CPUs with AVX512-BF16 or AMX; on other CPUs it runs at about fp32's speed (its bf16 code paths
+// are Intel's), and there oneDNN's AVX512-BF16 kernels, which ATen's bf16 matmul calls, are 2–3×
+// faster than either (measured on a 2-core AMD EPYC: docs/performance.md).
+enum class Bf16Gemm {
+    Mkl, // MKL's bf16 × bf16 → fp32 GEMM: the sums land in c unrounded
+    OneDnn, // ATen's bf16 matmul (oneDNN): the sums run in fp32, each product is rounded to bf16
+            // once, then added into c
+    Fp32, // neither: ATen in fp32 from the bf16 operands
+};
+// Chosen once per process from the CPU (vendor and instructions), never by timing, so that a
+// run's numbers are the same each time on one machine.
+Bf16Gemm bf16GemmPath();
+// The path in words, for doctor and the window ("MKL, sums in fp32", …).
+std::string bf16GemmDescription();
+
 // c = beta·c + op(a) · op(b): a and b bf16, c fp32, each 2-D with unit stride along its rows
-// (row slices and transposed views of such are fine); op(x) = xᵀ when trans*. The sums run
-// in fp32 and land in c unrounded (AMX or AVX512-BF16 where the CPU has them). beta 0 or 1.
+// (row slices and transposed views of such are fine); op(x) = xᵀ when trans*. The sums run in
+// fp32 (AMX or AVX512-BF16 where the CPU has them); see Bf16Gemm for whether the product is
+// rounded to bf16 before it lands in c. beta 0 or 1.
 void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool transB, float beta, torch::Tensor& c);
 
-// Whether gemmBf16 runs MKL's bf16 GEMM (false: ATen in fp32 from the bf16 operands).
+// Whether this LibTorch exports MKL's bf16 GEMM.
 bool mklBf16Gemm();
 
 } // namespace chatbench

@@ -1,6 +1,7 @@
 #include "chatbench/devices.h"
 
 #include "chatbench/error.h"
+#include "cpugemm.h"
 #include "torchutil.h"
 
 #include <ATen/Config.h>
@@ -95,7 +96,7 @@ PrecisionSupport probe(const torch::Device& device, Precision p)
             have += (have.empty() ? "" : ", ") + f;
         if (s.supported)
             s.reason = flags.empty() ? std::string("emulated, slower than fp32: ") + kBf16Cpus
-                                     : "in hardware (" + have + ")";
+                                     : "in hardware (" + have + "); " + bf16GemmDescription();
         else
             s.reason += std::string(" — ") + kBf16Cpus + (flags.empty() ? "; this CPU has neither" : "");
     }
