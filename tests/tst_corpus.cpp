@@ -35,6 +35,7 @@ private Q_SLOTS:
     void cornellMissingLine();
     void latin1Option();
     void splitIsDeterministic();
+    void exportedPairsReadBackTheSame();
     void bundledCorpusLoads();
 };
 
@@ -204,6 +205,47 @@ void TestCorpus::badInputs()
     QVERIFY2(QString::fromStdString(bad->message).contains(fragment, Qt::CaseInsensitive), bad->message.c_str());
     QCOMPARE(QString::fromStdString(toString(*bad)),
         QString::fromStdString(path) + ":" + QString::number(line) + ": " + QString::fromStdString(bad->message));
+}
+
+// corpus export: another tool (the side-by-side peers) trains on exactly the pairs chatbench does.
+void TestCorpus::exportedPairsReadBackTheSame()
+{
+    QTemporaryDir dir;
+    // A YAML corpus whose turns hold what one TSV line cannot: tabs, line breaks, a leading '#',
+    // a non-ASCII word; and one malformed record, which the export leaves out as training does.
+    const std::string yaml = testutil::writeFile(dir, "c.yml",
+        "conversations:\n"
+        "- - \"tab\\there\"\n  - \"two\\nlines\\n here\"\n  - \"#hashtag first\"\n"
+        "- - café\n  - \"  padded  \"\n"
+        "- just text\n");
+    const Corpus original = loadCorpus(yaml);
+    QCOMPARE(original.skippedRecords(), int64_t(1));
+    const std::string tsv = dir.filePath("pairs.tsv").toStdString();
+    writePairsTsv(original.pairs, tsv);
+    const Corpus back = loadCorpus(tsv, {});
+    QCOMPARE(back.format, CorpusFormat::Tsv);
+    QCOMPARE(back.warnings.size(), size_t(0));
+    QCOMPARE(back.pairs.size(), original.pairs.size());
+    const std::vector<std::pair<std::string, std::string>> expected
+        = { { "tab here", "two lines  here" }, { "two lines  here", "#hashtag first" }, { "café", "padded" } };
+    for (size_t i = 0; i < expected.size(); ++i) {
+        QCOMPARE(back.pairs[i].prompt, expected[i].first);
+        QCOMPARE(back.pairs[i].response, expected[i].second);
+    }
+    // The words are the same, so is everything a tokenizer makes of them.
+    const Tokenizer words = Tokenizer::build(original.pairs, {});
+    for (size_t i = 0; i < back.pairs.size(); ++i) {
+        QCOMPARE(words.split(back.pairs[i].prompt), words.split(original.pairs[i].prompt));
+        QCOMPARE(words.split(back.pairs[i].response), words.split(original.pairs[i].response));
+    }
+    // An unwritable destination is an error naming it.
+    const std::string nowhere = dir.filePath("missing/pairs.tsv").toStdString();
+    try {
+        writePairsTsv(original.pairs, nowhere);
+        QFAIL("no error");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find(nowhere) != std::string::npos, e.what());
+    }
 }
 
 void TestCorpus::yamlFolder()

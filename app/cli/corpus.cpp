@@ -1,6 +1,8 @@
-// chatbench-cli corpus stats|validate — what a corpus holds, or its first problem as file:line.
+// chatbench-cli corpus stats|validate|export — what a corpus holds, its first problem as file:line,
+// or its pairs as TSV for other tools.
 
 #include "chatbench/corpusstats.h"
+#include "chatbench/error.h"
 #include "common.h"
 
 #include <iostream>
@@ -16,6 +18,7 @@ struct CorpusArgs {
     int minFrequency = 1;
     std::string mode = chatbench::tokenizerModeName(chatbench::TokenizerOptions {}.mode);
     bool json = false;
+    std::string out; // export: the TSV file to write
 };
 
 int stats(const CorpusArgs& a)
@@ -45,6 +48,17 @@ int validate(const CorpusArgs& a)
     return 0;
 }
 
+// The pairs exactly as training would see them (format, pairing and skipped records alike), for a
+// tool that reads only TSV: the side-by-side peers.
+int exportPairs(const CorpusArgs& a)
+{
+    const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
+    chatbench::writePairsTsv(c.pairs, a.out);
+    std::cout << "wrote " << c.pairs.size() << " pairs (" << chatbench::pairingName(c.pairing) << " pairing) to "
+              << chatbench::printable(a.out) << "\n";
+    return 0;
+}
+
 } // namespace
 
 void addCorpusCommand(CLI::App& app, int& exitCode)
@@ -55,7 +69,9 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     auto* statsCmd = corpus->add_subcommand("stats", "Pairs, vocabulary, OOV rate and lengths");
     auto* validateCmd = corpus->add_subcommand(
         "validate", "Load every record; report what is skipped as file:line (--strict: fail on the first)");
-    for (auto* sub : { statsCmd, validateCmd }) {
+    auto* exportCmd
+        = corpus->add_subcommand("export", "Write the pairs as TSV (prompt<TAB>response), as training reads them");
+    for (auto* sub : { statsCmd, validateCmd, exportCmd }) {
         sub->add_option("path", args->path, "Corpus file or folder")->required();
         addCorpusFlags(sub, args->corpus);
     }
@@ -65,6 +81,8 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     statsCmd->add_flag("--json", args->json, "Print JSON");
     statsCmd->callback([args, &exitCode] { exitCode = stats(*args); });
     validateCmd->callback([args, &exitCode] { exitCode = validate(*args); });
+    exportCmd->add_option("--out", args->out, "The TSV file to write")->required();
+    exportCmd->callback([args, &exitCode] { exitCode = exportPairs(*args); });
 }
 
 } // namespace cli

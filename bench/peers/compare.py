@@ -58,11 +58,13 @@ def time_stats(samples):
             "samples_s": s}
 
 
-def with_all_rounds(path, samples, rounds):
+def with_all_rounds(path, samples, rounds, corpus):
     """A peer writes its report for one run; its epoch row gets every round's epochs, as
-    chatbench's does (the race stays the last run's curve)."""
+    chatbench's does (the race stays the last run's curve), and its corpus the name of the one
+    the user gave (not of the pairs exported from it), so Compare sees one workload."""
     with open(path) as f:
         report = json.load(f)
+    report["corpus"]["name"] = os.path.basename(os.path.normpath(corpus))
     for row in report["rows"]:
         if row["unit"] == "epoch":
             row["time"] = time_stats(samples)
@@ -93,6 +95,17 @@ def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
         json.dump(report, f, indent=2)
 
 
+def peer_corpus(cli, corpus, scratch):
+    """What the peers read: a chatterbot YAML corpus as it is (they parse it themselves), any other
+    format as the pairs chatbench loads from it, exported to TSV, so every tool trains on the same pairs."""
+    out, _ = run([cli, "corpus", "validate", corpus])
+    if re.search(r"format (\S+)", out).group(1) == "yaml":
+        return corpus
+    pairs = os.path.join(scratch, "pairs.tsv")
+    run([cli, "corpus", "export", corpus, "--out", pairs])
+    return pairs
+
+
 def peer_run(python, script, corpus, epochs, threads, report):
     out, _ = run([python, script, "--corpus", corpus, "--epochs", str(epochs), "--threads", str(threads),
                   "--out", report])
@@ -105,7 +118,7 @@ def peer_run(python, script, corpus, epochs, threads, report):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", required=True, help="a chatterbot YAML file or folder")
+    ap.add_argument("--corpus", required=True, help="a corpus file or folder in any format chatbench reads")
     ap.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is not timed)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -125,6 +138,7 @@ def main():
         tools["chatbench --precision bf16"] = []
     if a.keras:
         tools["Keras"] = []
+    peers_read = peer_corpus(a.cli, a.corpus, scratch)
     losses = {k: [] for k in tools}
     last_race = None
     for r in range(a.rounds):
@@ -135,10 +149,10 @@ def main():
                 if not extra:
                     last_race = last
             elif name == "PyTorch-Python":
-                times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), a.corpus, a.epochs,
+                times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), peers_read, a.epochs,
                                        a.threads, os.path.join(outdir, "peer-pytorch.json"))
             else:
-                times, loss = peer_run(a.keras, os.path.join(HERE, "keras_peer.py"), a.corpus, a.epochs, a.threads,
+                times, loss = peer_run(a.keras, os.path.join(HERE, "keras_peer.py"), peers_read, a.epochs, a.threads,
                                        os.path.join(outdir, "peer-keras.json"))
             tools[name] += times[1:]
             losses[name].append(loss)
@@ -150,7 +164,7 @@ def main():
                      a.threads)
     for name, file in (("PyTorch-Python", "peer-pytorch.json"), ("Keras", "peer-keras.json")):
         if name in tools:
-            with_all_rounds(os.path.join(outdir, file), tools[name], a.rounds)
+            with_all_rounds(os.path.join(outdir, file), tools[name], a.rounds, a.corpus)
     base = statistics.median(tools["chatbench"])
     summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
                "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",

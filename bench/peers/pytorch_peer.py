@@ -39,6 +39,9 @@ def words(text):
 
 
 def load_pairs(path):
+    if path.endswith(".tsv"):  # prompt<TAB>response lines, as `chatbench-cli corpus export` writes them
+        rows = [l.rstrip("\n").split("\t") for l in open(path, encoding="utf-8") if l.strip() and l[0] != "#"]
+        return [(r[0].strip(), r[1].strip()) for r in rows if len(r) == 2]
     files = [path] if os.path.isfile(path) else sorted(
         os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith((".yml", ".yaml")))
     pairs = []

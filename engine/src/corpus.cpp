@@ -1,5 +1,6 @@
 #include "chatbench/corpus.h"
 
+#include "atomicfile.h"
 #include "chatbench/error.h"
 #include "text.h"
 
@@ -265,6 +266,16 @@ void loadTsvFile(Loader& L, const std::string& file)
             L.add({ std::move(p), std::move(r), file, line });
         });
     }
+}
+
+// A text as one TSV column: no tab or line break inside it, trimmed as the reader trims.
+std::string tsvColumn(const std::string& text)
+{
+    std::string out = text;
+    for (char& ch : out)
+        if (ch == '\t' || ch == '\n' || ch == '\r') // a column separator or a line break to the reader
+            ch = ' ';
+    return text::trim(out);
 }
 
 // One JSONL record: {"prompt", "response"} or {"messages": [...]}.
@@ -669,6 +680,16 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
         throw Error(path, 0, "no prompt/response pairs found (format " + formatName(corpus.format) + ")");
     }
     return corpus;
+}
+
+void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
+{
+    std::string out = "# prompt<TAB>response\n";
+    for (const Pair& p : pairs) {
+        const std::string prompt = tsvColumn(p.prompt);
+        out += (prompt.empty() || prompt.front() != '#' ? "" : " ") + prompt + '\t' + tsvColumn(p.response) + '\n';
+    }
+    writeFileAtomic(path, out);
 }
 
 Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed)

@@ -71,6 +71,13 @@ struct Corpus {
 // be parsed, or (strict) at the first malformed record.
 Corpus loadCorpus(const std::string& path, const LoadOptions& options = {});
 
+// Writes the pairs as a TSV corpus (one "prompt<TAB>response" line each) that loadCorpus reads
+// back as the same pairs: tabs and line breaks (LF, CR) inside a text become spaces (the Keras
+// tokenizer splits at tabs and LF anyway), and a prompt starting with '#' is written after a
+// space so it is not a comment. The
+// file is replaced atomically. Throws Error naming the file when it cannot be written.
+void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path);
+
 // The format loadCorpus would use for `path` (Auto never comes back). Throws Error when the
 // path does not exist or nothing fits.
 CorpusFormat detectFormat(const std::string& path);
