@@ -117,38 +117,36 @@ bool mklBf16Gemm()
     return mklGemmBf16() != nullptr;
 }
 
-namespace {
-
-// The CPU's vendor and whether it has AVX512-BF16, from /proc/cpuinfo (unreadable: neither).
-struct CpuKind {
-    bool intel = false;
-    bool avx512Bf16 = false;
-};
-
-CpuKind cpuKind()
+std::vector<std::string> cpuBf16Flags()
 {
-    CpuKind k;
-    std::ifstream info("/proc/cpuinfo");
-    for (std::string line; std::getline(info, line);) {
-        if (line.rfind("vendor_id", 0) == 0)
-            k.intel = line.find("GenuineIntel") != std::string::npos;
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
         if (line.rfind("flags", 0) == 0) {
+            std::vector<std::string> out;
             std::istringstream words(line.substr(line.find(':') + 1));
             for (std::string w; words >> w;)
-                k.avx512Bf16 = k.avx512Bf16 || w == "avx512_bf16";
-            break; // every core says the same
+                if (w == "avx512_bf16" || w == "amx_bf16")
+                    out.push_back(w);
+            return out;
         }
-    }
-    return k;
+    return {};
 }
 
-} // namespace
+bool cpuIsIntel()
+{
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("vendor_id", 0) == 0)
+            return line.find("GenuineIntel") != std::string::npos;
+    return false;
+}
 
 Bf16Gemm bf16GemmPath()
 {
     static const Bf16Gemm path = [] {
-        const CpuKind cpu = cpuKind();
-        if (!cpu.intel && cpu.avx512Bf16 && at::globalContext().userEnabledMkldnn())
+        const auto flags = cpuBf16Flags();
+        const bool avx512Bf16 = std::find(flags.begin(), flags.end(), "avx512_bf16") != flags.end();
+        if (!cpuIsIntel() && avx512Bf16 && at::globalContext().userEnabledMkldnn())
             return Bf16Gemm::OneDnn;
         return mklGemmBf16() ? Bf16Gemm::Mkl : Bf16Gemm::Fp32;
     }();

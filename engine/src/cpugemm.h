@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace chatbench {
 
@@ -26,6 +27,11 @@ private:
     int m_m, m_n, m_k;
     torch::Tensor m_packed; // undefined: at::addmm_
 };
+
+// The CPU's bf16 instructions from /proc/cpuinfo ("avx512_bf16", "amx_bf16"), empty when none.
+std::vector<std::string> cpuBf16Flags();
+// Whether /proc/cpuinfo names an Intel CPU.
+bool cpuIsIntel();
 
 // How gemmBf16 runs on this CPU. MKL's bf16 GEMM sums straight into fp32, at bf16 speed on Intel
 // CPUs with AVX512-BF16 or AMX; on other CPUs it runs at about fp32's speed (its bf16 code paths

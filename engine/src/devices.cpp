@@ -45,23 +45,6 @@ int64_t ramBytes()
     return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
 }
 
-// The CPU's bf16 instructions from /proc/cpuinfo ("avx512_bf16", "amx_bf16"), empty when none.
-std::vector<std::string> cpuBf16Flags()
-{
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("flags", 0) == 0) {
-            std::vector<std::string> out;
-            std::istringstream words(line.substr(line.find(':') + 1));
-            for (std::string w; words >> w;)
-                if (w == "avx512_bf16" || w == "amx_bf16")
-                    out.push_back(w);
-            return out;
-        }
-    return {};
-}
-
 const char* kBf16Cpus = "bf16 in hardware needs AVX512-BF16 or AMX-BF16 (Intel Xeon Cooper Lake, Sapphire Rapids or "
                         "later; AMD Zen 4 or later)";
 
