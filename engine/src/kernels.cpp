@@ -157,30 +157,57 @@ CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
     return total;
 }
 
+namespace {
+
+// The max and the sums in 16 partial results each (what a vector register holds): the compiler
+// keeps to the order written, so only explicit partials vectorise.
+constexpr int64_t kLanes = 16;
+
+inline float rowMax(const float* zr, int64_t V)
+{
+    float part[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j)
+        part[j] = zr[0];
+    int64_t v = 0;
+    for (; v + kLanes <= V; v += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j)
+            part[j] = zr[v + j] > part[j] ? zr[v + j] : part[j];
+    float m = zr[0];
+    for (; v < V; ++v)
+        m = zr[v] > m ? zr[v] : m;
+    for (int64_t j = 0; j < kLanes; ++j)
+        m = part[j] > m ? part[j] : m;
+    return m;
+}
+
+} // namespace
+
+CHATBENCH_CLONES double logSumExp(const float* z, int64_t V)
+{
+    const float m = rowMax(z, V);
+    float part[kLanes] = {};
+    int64_t v = 0;
+    for (; v + kLanes <= V; v += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j)
+            part[j] += expNonPositive(z[v + j] - m);
+    float sum = 0;
+    for (; v < V; ++v)
+        sum += expNonPositive(z[v] - m);
+    for (int64_t j = 0; j < kLanes; ++j)
+        sum += part[j];
+    return static_cast<double>(m) + std::log(static_cast<double>(sum));
+}
+
 CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const int64_t* target, float* colSum)
 {
-    // The max and the sum in 16 partial results each (what a vector register holds): the
-    // compiler keeps to the order written, so only explicit partials vectorise.
-    constexpr int64_t kLanes = 16;
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {
         float* zr = z + row * V;
-        float part[kLanes];
-        for (int64_t j = 0; j < kLanes; ++j)
-            part[j] = zr[0];
+        const float m = rowMax(zr, V);
+        const float zt = zr[target[row]];
+        float part[kLanes] = {};
         int64_t v = 0;
         for (; v + kLanes <= V; v += kLanes)
-            for (int64_t j = 0; j < kLanes; ++j)
-                part[j] = zr[v + j] > part[j] ? zr[v + j] : part[j];
-        float m = zr[0];
-        for (; v < V; ++v)
-            m = zr[v] > m ? zr[v] : m;
-        for (int64_t j = 0; j < kLanes; ++j)
-            m = part[j] > m ? part[j] : m;
-        const float zt = zr[target[row]];
-        for (int64_t j = 0; j < kLanes; ++j)
-            part[j] = 0.0f;
-        for (v = 0; v + kLanes <= V; v += kLanes)
             for (int64_t j = 0; j < kLanes; ++j) {
                 zr[v + j] = expNonPositive(zr[v + j] - m);
                 part[j] += zr[v + j];

@@ -26,6 +26,10 @@ double sumSquares(const float* x, int64_t n);
 // dst += src over [0, n); the two never overlap.
 void addInto(float* dst, const float* src, int64_t n);
 
+// log Σ e^z over the V logits z (max-shifted, summed in float lanes): the log-softmax's
+// normaliser, log p(v) = z[v] − logSumExp(z, V).
+double logSumExp(const float* z, int64_t V);
+
 // Softmax cross-entropy of n rows of V logits z (row-major), in place: each row becomes
 // softmax(z) − onehot(target), and is added to colSum (V); returns Σ −log softmax(z)[target],
 // in double. Three passes per row (max; exp and its sum; scale and column sum), each over one row

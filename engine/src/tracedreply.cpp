@@ -1,6 +1,7 @@
 #include "tracedreply.h"
 
 #include "chatbench/error.h"
+#include "kernels.h"
 #include "torchutil.h"
 
 #include <algorithm>
@@ -94,7 +95,6 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
     std::vector<float> stepLogits; // (T × V), what each step chose from
     stepLogits.reserve(static_cast<size_t>(std::max(0, maxSteps) * V));
     std::vector<int64_t> inputs;
-    auto logProbs = torch::empty({ V }, torch::kFloat32);
     std::vector<int64_t> best; // the top-k ids of a step, most likely first
     const auto k = static_cast<ptrdiff_t>(std::min<int64_t>(std::max(1, opt.traceTopK), V));
     int64_t input = Tokenizer::kStart;
@@ -117,23 +117,24 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
         const int64_t next = t < static_cast<int>(opt.forcedPrefix.size()) ? opt.forcedPrefix[static_cast<size_t>(t)]
             : opt.method == DecodeMethod::Sample ? sampleToken(torch::from_blob(l, { V }, torch::kFloat32), opt, rng)
                                                  : greedyToken(l, V);
-        // The log-softmax at temperature 1 (one vectorised pass) for the score and the top-k.
-        at::_log_softmax_out(logProbs, ws.logits, /*dim=*/0, /*half_to_float=*/false);
-        const float* lp = logProbs.data_ptr<float>();
-        logpSum += std::max(-69.0, static_cast<double>(lp[next])); // p >= 1e-30, as the general path
-        // The k most likely, in one pass (ties: the lower id first).
+        // The log-softmax at temperature 1, log p(v) = l[v] − log Σ e^l, for the score and the
+        // top-k: one vectorised pass for the normaliser, the rest only where read.
+        const double lse = kernels::logSumExp(l, V);
+        auto logp = [&](int64_t id) { return static_cast<float>(l[id] - lse); };
+        logpSum += std::max(-69.0, static_cast<double>(logp(next))); // p >= 1e-30, as the general path
+        // The k most likely (the logits' order), in one pass (ties: the lower id first).
         best.clear();
         for (int64_t v = 0; v < V; ++v) {
-            if (static_cast<ptrdiff_t>(best.size()) == k && lp[v] <= lp[best.back()])
+            if (static_cast<ptrdiff_t>(best.size()) == k && l[v] <= l[best.back()])
                 continue;
             auto at = std::upper_bound(
-                best.begin(), best.end(), lp[v], [&](float value, int64_t id) { return value > lp[id]; });
+                best.begin(), best.end(), l[v], [&](float value, int64_t id) { return value > l[id]; });
             best.insert(at, v);
             if (static_cast<ptrdiff_t>(best.size()) > k)
                 best.pop_back();
         }
         for (int64_t id : best)
-            step.topK.push_back({ id, tok.word(id), std::exp(lp[id]) });
+            step.topK.push_back({ id, tok.word(id), std::exp(logp(id)) });
         step.inputId = input;
         step.inputWord = tok.word(input);
         step.chosenId = next;
@@ -166,8 +167,9 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
     ck.stateCarried = ck.carriedMaxDiff == 0.0;
     if (tr.steps.empty())
         return;
-    // ... the step-wise logits against one teacher-forced pass of the decoder module from the
-    // encoder's final state (what a correct decoding loop computes) ...
+    // ... the step-wise logits against one teacher-forced pass of the decoder's own modules
+    // (torch's LSTM, not the engine's layer nor this path's fused weights) from the encoder's
+    // final state: what a correct decoding loop computes ...
     const auto T = static_cast<int64_t>(inputs.size());
     auto h0 = torch::empty({ L, 1, H }, torch::kFloat32), c0 = torch::empty({ L, 1, H }, torch::kFloat32);
     for (int l = 0; l < L; ++l) {
@@ -175,52 +177,49 @@ void tracedReply(const FastDecoder& fast, Seq2SeqImpl& model, const Tokenizer& t
         std::copy(e.h.begin(), e.h.end(), h0.data_ptr<float>() + l * H);
         std::copy(e.c.begin(), e.c.end(), c0.data_ptr<float>() + l * H);
     }
-    const EncoderOutput enc; // the decoder reads it only for attention, which this path has not
     auto in = torch::tensor(inputs, torch::kInt64);
-    auto reference = model.decode(in.unsqueeze(0), h0, c0, enc).logits[0]; // (T, V)
+    auto x = model.decoderEmbedding(in); // (T, E): layer 0's inputs
+    auto top = std::get<0>(model.decoder->forward(x.unsqueeze(0), std::make_tuple(h0, c0))); // (1, T, H)
+    auto reference = model.output(top[0]); // (T, V)
     ck.teacherForcedMaxDiff = maxAbsDiff(torch::from_blob(stepLogits.data(), { T, V }, torch::kFloat32), reference);
     ck.teacherForcedEqual = ck.teacherForcedMaxDiff <= TraceChecks::kLogitTolerance;
     // ... and the gate replay: every step's gates written out from the modules' own weights
-    // (PyTorch order i, f, g, o), all T steps of a layer at once from the recorded input states,
-    // against the recorded gates (top layer) and (h, c) after the step (every layer).
+    // (PyTorch order i, f, g, o) with torch's own element functions, all T steps of a layer at
+    // once from the recorded input states, against the recorded gates (top layer) and (h, c)
+    // after the step (every layer).
+    auto recorded = [&](auto pick) { // one recorded vector per step, as the rows of a (T, n) tensor
+        const std::vector<float>& first = pick(tr.steps.front());
+        const auto n = static_cast<int64_t>(first.size());
+        auto out = torch::empty({ T, n }, torch::kFloat32);
+        float* p = out.data_ptr<float>();
+        for (int64_t t = 0; t < T; ++t)
+            std::copy_n(pick(tr.steps[static_cast<size_t>(t)]).data(), n, p + t * n);
+        return out;
+    };
     auto params = model.decoder->named_parameters();
-    auto x = model.decoderEmbedding(in); // (T, E): layer 0's inputs
-    auto hIn = torch::empty({ T, H }, torch::kFloat32);
     double diff = 0;
     for (int l = 0; l < L; ++l) {
         const auto ls = static_cast<size_t>(l);
         const std::string k = std::to_string(l);
-        float* hp = hIn.data_ptr<float>();
-        for (int64_t t = 0; t < T; ++t)
-            std::copy_n(tr.steps[static_cast<size_t>(t)].stateIn[ls].h.data(), H, hp + t * H);
+        using Step = const DecoderStep&;
+        const auto hIn = recorded([&](Step s) -> const std::vector<float>& { return s.stateIn[ls].h; });
+        const auto cIn = recorded([&](Step s) -> const std::vector<float>& { return s.stateIn[ls].c; });
+        const auto hOut = recorded([&](Step s) -> const std::vector<float>& { return s.stateOut[ls].h; });
+        const auto cOut = recorded([&](Step s) -> const std::vector<float>& { return s.stateOut[ls].c; });
         auto g = torch::addmm(params["bias_ih_l" + k], x, params["weight_ih_l" + k].t());
         g.addmm_(hIn, params["weight_hh_l" + k].t()).add_(params["bias_hh_l" + k]); // (T, 4H)
-        const float* gp = g.data_ptr<float>();
-        auto sigmoid = [](float z) { return 1.0f / (1.0f + std::exp(-z)); };
-        for (int64_t t = 0; t < T; ++t) {
-            const DecoderStep& st = tr.steps[static_cast<size_t>(t)];
-            const float* row = gp + t * 4 * H;
-            for (int64_t j = 0; j < H; ++j) {
-                const float i = sigmoid(row[j]), f = sigmoid(row[H + j]), cand = std::tanh(row[2 * H + j]),
-                            o = sigmoid(row[3 * H + j]);
-                const float c = f * st.stateIn[ls].c[static_cast<size_t>(j)] + i * cand;
-                const float h = o * std::tanh(c);
-                diff = std::max({ diff, std::abs(static_cast<double>(c) - st.stateOut[ls].c[static_cast<size_t>(j)]),
-                    std::abs(static_cast<double>(h) - st.stateOut[ls].h[static_cast<size_t>(j)]) });
-                if (l == L - 1) {
-                    const auto js = static_cast<size_t>(j);
-                    diff = std::max({ diff, std::abs(static_cast<double>(i) - st.inputGate[js]),
-                        std::abs(static_cast<double>(f) - st.forgetGate[js]),
-                        std::abs(static_cast<double>(cand) - st.cellGate[js]),
-                        std::abs(static_cast<double>(o) - st.outputGate[js]) });
-                }
-            }
-        }
-        // The next layer reads this layer's recorded output.
-        x = torch::empty({ T, H }, torch::kFloat32);
-        float* xp = x.data_ptr<float>();
-        for (int64_t t = 0; t < T; ++t)
-            std::copy_n(tr.steps[static_cast<size_t>(t)].stateOut[ls].h.data(), H, xp + t * H);
+        const auto gates = g.chunk(4, /*dim=*/1);
+        const auto i = torch::sigmoid(gates[0]), f = torch::sigmoid(gates[1]), cand = torch::tanh(gates[2]),
+                   o = torch::sigmoid(gates[3]);
+        const auto c = f * cIn + i * cand;
+        diff = std::max({ diff, maxAbsDiff(c, cOut), maxAbsDiff(o * torch::tanh(c), hOut) });
+        if (l == L - 1)
+            diff = std::max(
+                { diff, maxAbsDiff(i, recorded([](Step s) -> const std::vector<float>& { return s.inputGate; })),
+                    maxAbsDiff(f, recorded([](Step s) -> const std::vector<float>& { return s.forgetGate; })),
+                    maxAbsDiff(cand, recorded([](Step s) -> const std::vector<float>& { return s.cellGate; })),
+                    maxAbsDiff(o, recorded([](Step s) -> const std::vector<float>& { return s.outputGate; })) });
+        x = hOut; // the next layer reads this layer's recorded output
     }
     ck.gateReplayMaxDiff = diff;
 }
