@@ -13,7 +13,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from machine import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -78,7 +79,7 @@ def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
     report = {
         "format": "chatbench-bench", "schema_version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "label": "chatbench",
-        "machine": {"cpu_model": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count()},
         "preset": "seed",
         "model": {"vocab_size": vocab, "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
                   "max_source_length": 22, "max_target_length": 74},
@@ -167,7 +168,7 @@ def main():
             with_all_rounds(os.path.join(outdir, file), tools[name], a.rounds, a.corpus)
     base = statistics.median(tools["chatbench"])
     summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
-               "machine": platform.processor() or platform.machine(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+               "machine": cpu_model(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                               time.gmtime()),
                "tools": {}}
     print(f"\nseed preset on {a.corpus}: {a.rounds} interleaved rounds × {a.epochs - 1} timed epochs, "

@@ -15,7 +15,6 @@ Writes a `chatbench-bench` report (unit "epoch" and the loss-vs-time race) for t
 import argparse
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -26,6 +25,8 @@ import yaml
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 from tensorflow import keras  # noqa: E402
+
+from machine import cpu_model  # noqa: E402
 
 FILTERS = '!"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n'
 
@@ -136,7 +137,7 @@ def main():
             "format": "chatbench-bench", "schema_version": 1,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "label": "Keras",
-            "machine": {"cpu_model": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count(),
                         "tensorflow": tf.__version__, "python": sys.version.split()[0]},
             "preset": "seed",
             "model": {"vocab_size": V, "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,

@@ -17,7 +17,6 @@ shows it beside chatbench's own rows.
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import sys
@@ -27,6 +26,8 @@ import time
 import torch
 import torch.nn as nn
 import yaml
+
+from machine import cpu_model
 
 PAD, UNK, START, END = 0, 1, 2, 3
 KERAS_FILTERS = '!"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n'
@@ -175,7 +176,7 @@ def main():
             "format": "chatbench-bench", "schema_version": 1,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "label": "PyTorch-Python",
-            "machine": {"cpu_model": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count(),
                         "torch": torch.__version__, "python": sys.version.split()[0]},
             "preset": "seed",
             "model": {"vocab_size": len(vocab), "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
