@@ -247,9 +247,12 @@ void TestUi::trainProducesProgressAndPlotPoints()
     QCOMPARE(train->plot()->epochPoints(), 40);
     QCOMPARE(train->plot()->stepPoints(), static_cast<int>(result.steps));
     QTRY_COMPARE(train->plot()->drawnPoints(0), static_cast<int>(result.steps));
-    // Replots are throttled by the 40 ms timer, not done per batch.
+    // Replots are throttled by the 40 ms timer, not done per batch (unless a batch takes longer
+    // than that, as under ThreadSanitizer).
+#ifndef __SANITIZE_THREAD__
     QVERIFY2(train->plot()->replots() < train->plot()->stepPoints(),
         qPrintable(QString("%1 replots for %2 steps").arg(train->plot()->replots()).arg(train->plot()->stepPoints())));
+#endif
     QVERIFY(result.history.back().trainLoss < result.history.front().trainLoss);
     QVERIFY(train->trainButton()->isEnabled());
     QVERIFY(train->runList()->count() >= 1);
@@ -767,6 +770,10 @@ void TestUi::importKerasModelAndChat()
 {
     // File → Import Keras model…: a model Keras trained, imported, chatted with at once; its reply
     // is Keras' own greedy reply (tests/fixtures/keras), and the handoff checks pass.
+#ifdef __SANITIZE_THREAD__
+    QSKIP("the importer reads each model in a forked child, and ThreadSanitizer cannot run a child "
+          "forked from a multi-threaded process that starts threads (LibTorch's)");
+#endif
     auto* engine = m_window->engine();
     QVERIFY(ensureCorpus()); // the diagnosis asks the loaded corpus' prompts
     const QString fixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
@@ -918,6 +925,10 @@ void TestUi::chatFollowsTheNewestReply()
 void TestUi::helpNeedsNoDisplay()
 {
     // `chatbench --help` on a server without a display once aborted with a Qt platform error.
+#ifdef __SANITIZE_THREAD__
+    QSKIP("QProcess starts its child with vfork semantics (memory shared until exec), which "
+          "ThreadSanitizer takes for a fork of this process itself: later threads would end the run");
+#endif
     QProcess p;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("DISPLAY");

@@ -157,9 +157,8 @@ public:
             // (cancel was cleared when the job was queued: a Stop that comes before it starts counts)
             BenchCallbacks cb;
             cb.cancel = m_cancel.get();
-            cb.onProgress = [&](const std::string& what, int done, int total) {
-                Q_EMIT benchProgress(QString::fromStdString(what), done, total);
-            };
+            cb.onProgress
+                = [&](const std::string& what, int done, int total) { Q_EMIT benchProgress(what, done, total); };
             cb.onRow = [&](const BenchRow& r) { Q_EMIT benchRow(r); };
             guarded(
                 [&] {
@@ -180,7 +179,7 @@ public:
 Q_SIGNALS:
     void doctorDone(const chatbench::DoctorReport& report);
     void kerasImported(const QString& runDir, const QString& report);
-    void benchProgress(const QString& what, int done, int total);
+    void benchProgress(const std::string& what, int done, int total);
     void benchRow(const chatbench::BenchRow& row);
     void benchFinished(const chatbench::BenchReport& report, bool ok);
     void devicesReady(const std::vector<chatbench::DeviceInfo>& devices);
@@ -440,7 +439,12 @@ EngineController::EngineController(QObject* parent)
         Q_EMIT trainingFinished(r, dir);
     });
     connect(m_engine, &EngineWorker::runLoaded, this, &EngineController::runLoaded);
-    connect(m_engine, &EngineWorker::benchProgress, this, &EngineController::benchProgress);
+    // The engine's text crosses as a plain copy and becomes a QString on this thread: ThreadSanitizer
+    // reported the engine thread's last reference to a QString handed over here against its free
+    // in this thread (docs/reliability.md), and with no shared string there is nothing to order.
+    connect(m_engine, &EngineWorker::benchProgress, this, [this](const std::string& what, int done, int total) {
+        Q_EMIT benchProgress(QString::fromStdString(what), done, total);
+    });
     connect(m_engine, &EngineWorker::benchRow, this, &EngineController::benchRow);
     connect(m_engine, &EngineWorker::benchFinished, this, [this](const BenchReport& r, bool ok) {
         m_benchmarking = false;
@@ -477,6 +481,11 @@ EngineController::~EngineController()
 {
     m_cancel->store(true); // a running training stops after its current batch, with a checkpoint
     m_closing->store(true); // a reply in progress stops at its next decoder step
+    // The workers are connected (training hands its snapshots to chat), and each is deleted on its
+    // own thread as the threads finish. A receiver's destructor calls into its senders (Qt's
+    // disconnectNotify), so deleting both at once raced on the engine worker being destroyed
+    // (found by ThreadSanitizer): the link between them goes first.
+    disconnect(m_engine, nullptr, m_chat, nullptr);
     m_engineThread.quit();
     m_chatThread.quit();
     m_engineThread.wait();

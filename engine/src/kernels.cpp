@@ -4,8 +4,11 @@
 #include <cstring>
 
 // Built for baseline x86-64 these loops are 4-wide SSE2; each also gets an AVX2 + FMA and an
-// AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+// AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc). Not
+// under a sanitizer: the loader runs the (instrumented) resolvers before the sanitizer's runtime
+// is up, and the program dies before main.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)                              \
+    && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define CHATBENCH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CHATBENCH_CLONES
