@@ -4,7 +4,7 @@
 # (`cmake --preset tsan-ui`). Debian's Qt is not instrumented: every handoff through its event
 # queue reads as a race. The same version as Debian's, from Debian's source archive (checked
 # against the .dsc's SHA-256), installed under the cache, never in the checkout. Idempotent: a
-# finished install is kept. About an hour on 2 cores; neither README command runs this.
+# finished install is kept. About 40 minutes on 2 cores; neither README command runs this.
 # Usage: scripts/qt-tsan.sh            prints the install prefix on its last line
 set -euo pipefail
 CACHE="${CHATBENCH_CACHE:-$HOME/.cache/chatbench}"
@@ -22,7 +22,10 @@ cd "$WORK"
 DSC="qt6-base_$DEBIAN_REVISION.dsc"
 ORIG="qt6-base_$VERSION+dfsg.orig.tar.xz"
 [ -f "$DSC" ] || curl -fsSL -o "$DSC" "$POOL/$DSC"
-[ -f "$ORIG" ] || curl -fsSL -o "$ORIG.part" "$POOL/$ORIG" && { [ -f "$ORIG" ] || mv "$ORIG.part" "$ORIG"; }
+if [ ! -f "$ORIG" ]; then
+  curl -fsSL -o "$ORIG.part" "$POOL/$ORIG"
+  mv "$ORIG.part" "$ORIG"
+fi
 want=$(awk -v f="$ORIG" '/^Checksums-Sha256:/ {s = 1; next} /^[^ ]/ {s = 0} s && $3 == f {print $1}' "$DSC")
 got=$(sha256sum "$ORIG" | cut -d' ' -f1)
 if [ -z "$want" ] || [ "$want" != "$got" ]; then
