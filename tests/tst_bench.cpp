@@ -30,6 +30,7 @@ class TestBench : public QObject {
 
 private Q_SLOTS:
     void smallRunOnCpu();
+    void trainStepTimesABatchTheTrainerForms();
     void settingsRestoredWhenCancelledOrThrown();
     void oneFailingCombinationKeepsTheRest();
 };
@@ -100,6 +101,31 @@ void TestBench::smallRunOnCpu()
     bad.batchSizes = { 0 };
     QVERIFY_THROWS_EXCEPTION(Error, runBench(bad, corpus));
     QVERIFY_THROWS_EXCEPTION(Error, runBench(cfg, Corpus {}));
+}
+
+// The step row times a batch as the trainer plans it (bucketed by length), not the first B pairs
+// of the file, which here span all three response lengths: 1, 4 and 9 words, interleaved.
+void TestBench::trainStepTimesABatchTheTrainerForms()
+{
+    Corpus corpus;
+    const char* responses[] = { "yes", "yes it is so", "yes it is so and so it is so" };
+    for (int i = 0; i < 60; ++i)
+        corpus.pairs.push_back({ "is it so", responses[i % 3], "mem", 0 });
+    BenchConfig cfg;
+    cfg.preset = "quick";
+    cfg.batchSizes = { 4 };
+    cfg.repeats = 1;
+    cfg.warmup = 0;
+    cfg.replyLength = 2;
+    cfg.epoch = false;
+    const BenchReport r = runBench(cfg, corpus);
+    QVERIFY(!r.rows.empty());
+    QCOMPARE(r.rows[0].unit, BenchUnit::TrainStep);
+    // Real target tokens (words + <end>): 2, 5 and 10 a pair. The plan's full batches, sorted by
+    // size, are short ones, one short/medium mix, medium ones, then long ones: its median batch
+    // holds four medium responses (20 tokens). The first four training pairs hold 22.
+    const double tokens = r.rows[0].tokensPerSecond * r.rows[0].time.median;
+    QCOMPARE(std::lround(tokens), 20L);
 }
 
 void TestBench::settingsRestoredWhenCancelledOrThrown()

@@ -163,6 +163,26 @@ struct Bench {
         return idx;
     }
 
+    // A batch of B pairs as the trainer forms them: of the full batches of its plan (bucketed when
+    // the preset buckets), the one with the median number of real tokens. B pairs in file order
+    // would span every length of the corpus in one batch, which the trainer never runs. Without a
+    // full batch (a corpus smaller than B), `pick(B)`.
+    std::vector<size_t> trainerBatch(int B) const
+    {
+        auto plan = planBatches(examples, B, train.bucketing, cfg.seed);
+        const auto tokens = [&](const std::vector<size_t>& idx) {
+            size_t n = 0;
+            for (size_t i : idx)
+                n += examples[i].source.size() + examples[i].target.size();
+            return n;
+        };
+        std::erase_if(plan, [&](const std::vector<size_t>& idx) { return idx.size() != static_cast<size_t>(B); });
+        if (plan.empty())
+            return pick(B);
+        std::stable_sort(plan.begin(), plan.end(), [&](const auto& a, const auto& b) { return tokens(a) < tokens(b); });
+        return plan[plan.size() / 2];
+    }
+
     double gemm(const torch::Device& dev, BenchPrecision precision)
     {
         const int n = dev.is_cuda() ? 4096 : 1024;
@@ -263,7 +283,7 @@ struct Bench {
             if (cancelled())
                 return;
             progress("train step " + label + " batch " + std::to_string(B));
-            Batch b = collate(examples, pick(B), dev);
+            Batch b = collate(examples, trainerBatch(B), dev);
             BenchRow r = row(dev, precision, usedThreads, B, BenchUnit::TrainStep);
             r.time = measure(
                 dev, [&] { trainOnce(b); }, cfg.warmup, maxWarmup(), cfg.repeats, r);

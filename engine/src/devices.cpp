@@ -11,11 +11,15 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #if __has_include(<cuda_runtime_api.h>)
 #include <cuda_runtime_api.h>
@@ -25,6 +29,13 @@
 namespace chatbench {
 
 namespace {
+
+#ifdef __GLIBC__
+// prepareProcess(): buffers up to glibc's largest mmap threshold (32 MiB on 64-bit) come from the
+// heap, and the heap is trimmed only when 256 MiB at its top are free.
+constexpr int kMmapThresholdBytes = 32 << 20;
+constexpr int kTrimThresholdBytes = 256 << 20;
+#endif
 
 std::string cpuModel()
 {
@@ -251,6 +262,19 @@ EnvironmentInfo environmentInfo()
 void prepareProcess()
 {
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+#ifdef __GLIBC__
+    // A training step allocates and frees the same few-MB buffers every step. With glibc's
+    // defaults they are unmapped (or the heap trimmed) on free and faulted in, zeroed, on the next
+    // allocation: about a thousand page faults a step at the seed sizes. Keep them in the heap
+    // unless the user tuned malloc themselves.
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    const bool userTuned = (tunables && std::strstr(tunables, "glibc.malloc.")) || std::getenv("MALLOC_MMAP_THRESHOLD_")
+        || std::getenv("MALLOC_TRIM_THRESHOLD_");
+    if (!userTuned) {
+        ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+        ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
+    }
+#endif
 }
 
 void setThreads(int threads)

@@ -8,7 +8,8 @@
 //
 // Timed units (BenchUnit): one training step, one epoch over the corpus, a full reply at batch 1
 // (latency) and replies at batch N (throughput). The training units run the trainer's own step
-// (the preset's optimizer, clipping, precision and determinism), not a copy of it. Each is warmed up, repeated, and
+// (the preset's optimizer, clipping, precision and determinism), not a copy of it; the step on a batch of the
+// trainer's own plan (bucketed: the full batch with the median token count). Each is warmed up, repeated, and
 // summarised by its median and spread; CUDA work is synchronised before every clock read. Derived figures: tokens/s,
 // achieved GFLOP/s from the formula below, its ratio to a GEMM measured on the same device in the same run, peak
 // memory, and energy where the machine exposes it.

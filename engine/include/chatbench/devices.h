@@ -63,7 +63,9 @@ void setThreads(int threads);
 // Process-wide settings that must be in place before CUDA starts; the first line of every main().
 // Sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it: cuBLAS reads it once, when CUDA
 // initialises, and deterministic training and benchmarks need it (without it torch warns on
-// every matmul and cuBLAS may pick non-deterministic reductions).
+// every matmul and cuBLAS may pick non-deterministic reductions). With glibc, also keeps freed
+// buffers of up to 32 MiB in the heap (unless GLIBC_TUNABLES or MALLOC_*_ set malloc's own), so a
+// training step does not fault its buffers in afresh every step.
 void prepareProcess();
 
 } // namespace chatbench
