@@ -1125,8 +1125,10 @@ void TestUi::chartsKeepAllDataInView()
     // keeps its data in view.
     auto* chat = m_window->chatView();
     QSignalSpy replies(m_window->engine(), &EngineController::replyReady);
+    QSignalSpy failures(m_window->engine(), &EngineController::failed);
     chat->ask("what does the forget gate do?");
-    QVERIFY(replies.wait(30000));
+    QVERIFY2(replies.wait(30000),
+        qPrintable(failures.isEmpty() ? QString("no reply within 30 s") : failures.first().at(0).toString()));
     QVERIFY2(pointOutside(chat->handoffView()->gatesPlot()).isEmpty(),
         qPrintable(pointOutside(chat->handoffView()->gatesPlot())));
     QCOMPARE(chat->handoffView()->gatesPlot()->yAxis->range().lower, -1.08);
