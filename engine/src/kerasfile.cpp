@@ -1,4 +1,5 @@
 #include "kerasfile.h"
+#include "childprocess.h"
 
 #include "chatbench/error.h"
 #include "text.h"
@@ -18,7 +19,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -882,13 +882,8 @@ KerasSeq2Seq modelFrom(const json& j)
     return m;
 }
 
-constexpr int kChildCannotReply = 3;
-// Long enough for gigabytes of weights; a child that takes longer is stuck (HDF5 loops forever on
-// some malformed files) and is killed.
-constexpr int kChildSeconds = 600;
-
-// The child's whole life: read, send, exit without running the parent's exit handlers.
-[[noreturn]] void readInChild(const std::string& path, int out)
+// The child's reply: the model, or the error it met, as CBOR.
+std::vector<uint8_t> readForParent(const std::string& path)
 {
     json reply;
     try {
@@ -900,93 +895,43 @@ constexpr int kChildSeconds = 600;
     } catch (...) {
         reply = { { "error", { { "file", path }, { "line", 0 }, { "message", "an unknown failure reading it" } } } };
     }
-    const std::vector<uint8_t> bytes = json::to_cbor(reply);
-    size_t done = 0;
-    while (done < bytes.size()) {
-        const ssize_t n = ::write(out, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            ::_exit(kChildCannotReply);
-        done += static_cast<size_t>(n);
-    }
-    ::_exit(0);
+    return json::to_cbor(reply);
+}
+
+std::string seconds(std::chrono::milliseconds d)
+{
+    return std::to_string((d.count() + 999) / 1000) + " s";
 }
 
 } // namespace
 
-KerasSeq2Seq readKerasSeq2Seq(const std::string& path)
+KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits)
 {
     removeStaleTempFiles();
-    int fds[2];
-    if (::pipe(fds) != 0)
-        throw Error(path, 0, std::string("cannot start reading the model: ") + std::strerror(errno));
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-        const int err = errno;
-        ::close(fds[0]);
-        ::close(fds[1]);
-        throw Error(path, 0, std::string("cannot start a process to read the model: ") + std::strerror(err));
-    }
-    if (pid == 0) {
-        // A crash ends the child at once: handlers inherited from the parent (Qt Test's and
-        // other crash reporters) would run on a heap HDF5 may just have corrupted.
-        for (int sig : { SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTRAP })
-            std::signal(sig, SIG_DFL);
-        // Only the reply pipe stays open: another thread's pipe (a second import) must not be
-        // held open by this child.
-        ::dup2(fds[1], 3);
-        ::close_range(4, ~0U, 0);
-        readInChild(path, 3);
-    }
-    ::close(fds[1]);
-    std::vector<uint8_t> bytes;
-    bool stuck = false;
+    ChildOutcome child;
     try {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kChildSeconds);
-        uint8_t buf[1 << 16];
-        for (;;) {
-            const auto left
-                = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-            pollfd p { fds[0], POLLIN, 0 };
-            const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
-            if (ready < 0 && errno == EINTR)
-                continue;
-            if (ready == 0) {
-                stuck = true;
-                break;
-            }
-            const ssize_t n = ready < 0 ? -1 : ::read(fds[0], buf, sizeof buf);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break;
-            bytes.insert(bytes.end(), buf, buf + n);
-        }
-    } catch (...) { // out of memory for the reply: the child must not be left behind
-        stuck = true;
+        child = runInChild([&] { return readForParent(path); }, limits);
+    } catch (const std::system_error& e) {
+        throw Error(path, 0, std::string("cannot start a process to read the model: ") + e.what());
     }
-    ::close(fds[0]);
-    if (stuck)
-        ::kill(pid, SIGKILL);
-    int status = 0;
-    pid_t waited;
-    while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) { }
-    const bool ok = waited == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !bytes.empty() && !stuck;
-    if (!ok) {
+    std::vector<uint8_t>& bytes = child.reply;
+    if (child.end != ChildOutcome::End::Replied || bytes.empty()) {
         // The child's temporary copy of the weights (named after its process id) stays behind.
         std::error_code ec;
-        const std::string prefix = "chatbench-keras-" + std::to_string(pid) + "-";
+        const std::string prefix = "chatbench-keras-" + std::to_string(child.pid) + "-";
         for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
             if (e.path().filename().string().rfind(prefix, 0) == 0)
                 fs::remove(e.path(), ec);
-        if (stuck)
+        if (child.end == ChildOutcome::End::TimedOut)
             throw Error(path, 0,
-                "reading this file took over " + std::to_string(kChildSeconds)
-                    + " s and was stopped: it is corrupt, or far larger than a chatbot");
-        if (waited == pid && WIFEXITED(status) && WEXITSTATUS(status) == kChildCannotReply)
-            throw Error(path, 0, "the model was read but could not be handed over (out of memory?)");
-        const std::string how = waited != pid ? std::string("lost track of the reading process")
+                "reading this file took over " + seconds(limits.total)
+                    + " and was stopped: it is corrupt, or far larger than a chatbot");
+        if (child.end == ChildOutcome::End::Idle)
+            throw Error(path, 0,
+                "the HDF5 or zip library stopped responding reading this file (no progress for " + seconds(limits.idle)
+                    + "; stopped): it is corrupt, or not a Keras model file");
+        const int status = child.status;
+        const std::string how = status < 0 ? std::string("lost track of the reading process")
             : WIFSIGNALED(status)
             ? std::string("signal ") + std::to_string(WTERMSIG(status)) + ", " + ::strsignal(WTERMSIG(status))
             : "exit status " + std::to_string(WEXITSTATUS(status));

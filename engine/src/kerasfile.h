@@ -9,6 +9,8 @@
 // that path is refused with a message naming the layer. Every weight's shape is checked against
 // the config before it is read, so a file declaring huge sizes cannot make us allocate them.
 
+#include "childprocess.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,8 +51,9 @@ struct KerasSeq2Seq {
 
 // Throws Error naming the file (and the layer, dataset or option) when it is not a supported
 // Keras seq2seq model or is malformed. The file is read in a child process: HDF5 reads out of
-// bounds on some malformed files, and a crash there becomes an Error here.
-KerasSeq2Seq readKerasSeq2Seq(const std::string& path);
+// bounds on some malformed files, and a crash there becomes an Error here; a child that runs past
+// `limits` (HDF5 loops, or waits on a lock its own overrun made, on others) is killed, with an Error.
+KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits = {});
 // The same in this process (what the child runs; the fuzz harness calls it directly).
 KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path);
 

@@ -1,0 +1,41 @@
+#pragma once
+// Work done in a child process, so that a library crashing or hanging on a malformed file (HDF5
+// does both) costs the child and not the caller (private; no Torch).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <sys/types.h>
+#include <vector>
+
+namespace chatbench {
+
+struct ChildLimits {
+    // The longest the child may take in all: long enough for gigabytes of weights.
+    std::chrono::milliseconds total { std::chrono::seconds(600) };
+    // The longest it may go without using the CPU while not waiting on the disk. The child has
+    // one thread, so a lock it waits for is never released: a heap that a library overran can
+    // send free() to wait on a lock word that is not one.
+    std::chrono::milliseconds idle { std::chrono::seconds(15) };
+};
+
+struct ChildOutcome {
+    enum class End {
+        Replied, // exited 0 after its reply
+        TimedOut, // ran past limits.total and was killed
+        Idle, // made no progress for limits.idle and was killed
+        Failed, // ended otherwise: see status
+    };
+    End end = End::Failed;
+    pid_t pid = 0;
+    int status = 0; // from waitpid, when end is Failed
+    std::vector<uint8_t> reply;
+};
+
+// Forks; the child runs `work`, writes the bytes it returns to the parent and exits without the
+// parent's exit handlers. In the child: crashes end it at once (no inherited crash handlers),
+// only the reply pipe and the standard streams stay open, and it dies with its parent. Throws
+// std::system_error when no child can be started.
+ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const ChildLimits& limits = {});
+
+} // namespace chatbench
