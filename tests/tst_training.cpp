@@ -102,10 +102,12 @@ private Q_SLOTS:
     void userErrors();
     void oneWriterPerRun();
     void halfCreatedRunStartsAfresh();
+    void lostStateJsonIsRecovered();
     void foreignFolderIsNeverOverwritten();
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
     void corruptCheckpointFallsBack();
+    void editedConfigIsNamedNotFallenBackFrom();
     void saveAtTheSameStepKeepsTheNamedCheckpoint();
     void cancelStopsWithinASecond();
     void cancelledReplyStopsAtItsNextStep();
@@ -657,6 +659,84 @@ void TestTraining::halfCreatedRunStartsAfresh()
     QVERIFY(Chatbot::load(run).tokenizer().size() > 4);
 }
 
+// Found trying hostile edits: with state.json deleted, a run that had trained was taken for a
+// start killed before its first checkpoint, and a new `train` in the folder wrote over its
+// config.json, vocab.json and metrics; with state.json emptied, chat and resume ended on a JSON
+// parse error. Each checkpoint's own state (ckpt-<step>.json) stands in, and says so.
+void TestTraining::lostStateJsonIsRecovered()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 3;
+    train(cfg, smallCorpus(), run);
+    const int64_t step = Chatbot::load(run).step();
+    const QString state = dir.filePath("run/state.json");
+    const QByteArray config = [&] {
+        QFile f(dir.filePath("run/config.json"));
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    }();
+    QVERIFY(QFile::remove(state));
+    QVERIFY(isRun(run));
+    {
+        const Chatbot bot = Chatbot::load(run);
+        QCOMPARE(bot.step(), step);
+        QVERIFY2(QString::fromStdString(bot.note()).contains("state.json: missing; using ckpt-"), bot.note().c_str());
+    }
+    // Not overwritten by a new run.
+    TrainConfig other = smallConfig();
+    other.model.hidden = 8;
+    try {
+        train(other, smallCorpus(), run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("already holds a run"), e.what());
+    }
+    QCOMPARE(
+        [&] {
+            QFile f(dir.filePath("run/config.json"));
+            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+        }(),
+        config);
+    // Resumed, it says where its state came from and writes state.json again.
+    std::vector<std::string> logs;
+    TrainCallbacks cb;
+    cb.onLog = [&](const std::string& m) { logs.push_back(m); };
+    const TrainResult r = resume(run, smallCorpus(), cb, 4);
+    QCOMPARE(r.status, TrainStatus::Finished);
+    QCOMPARE(r.epochsDone, 4);
+    QVERIFY(std::any_of(
+        logs.begin(), logs.end(), [](const std::string& m) { return m.find("using ckpt-") != std::string::npos; }));
+    QVERIFY(QFile::exists(state));
+    QVERIFY(Chatbot::load(run).note().empty());
+    // Emptied: the same, naming state.json.
+    testutil::writeFile(dir, "run/state.json", "");
+    const Chatbot bot = Chatbot::load(run);
+    QCOMPARE(bot.step(), r.steps);
+    QVERIFY2(QString::fromStdString(bot.note()).contains("state.json")
+            && QString::fromStdString(bot.note()).contains("using ckpt-"),
+        bot.note().c_str());
+    // Edited into another state (JSON, a field out of range): said, with the way back, not replaced.
+    testutil::writeFile(dir, "run/state.json", "{\"format\": \"chatbench-state\", \"version\": 1}");
+    try {
+        Chatbot::load(run);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString::fromStdString(e.file()).endsWith("state.json")
+                && QString(e.what()).contains("copy it over state.json"),
+            e.what());
+    }
+    QFile::remove(state);
+    // Fewer epochs than trained: refused, and config.json keeps its number (once it became 1).
+    try {
+        resume(run, smallCorpus(), {}, 2);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("has trained 4 epochs; --epochs 2 is fewer"), e.what());
+    }
+    QCOMPARE(loadRunConfig(run).epochs, 4);
+}
+
 void TestTraining::decodeOptionsAreChecked()
 {
     const Chatbot bot = Chatbot::load(m_run);
@@ -778,6 +858,59 @@ void TestTraining::corruptCheckpointFallsBack()
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("checksum mismatch"), e.what());
     }
+}
+
+// Found trying hostile edits: embed_dim changed in config.json made the newest checkpoint fail
+// its shape check, and the next older one then "loaded" on the model the failed load had already
+// resized; chat answered from it and every resume lost an epoch. hidden changed ended in
+// LibTorch's size error and a stack trace. Every checkpoint of the run is the old shape, so it is
+// an error naming the tensor, both sizes and config.json, with nothing fallen back to.
+void TestTraining::editedConfigIsNamedNotFallenBackFrom()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 3;
+    train(cfg, smallCorpus(), run);
+    QVERIFY(QDir(QString::fromStdString(run)).entryList({ "ckpt-*.pt" }).size() >= 2);
+    const QString cfgPath = QString::fromStdString(run) + "/config.json";
+    const QByteArray original = [&] {
+        QFile f(cfgPath);
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    }();
+    const QByteArray embed = "\"embed_dim\": " + QByteArray::number(cfg.model.embedDim);
+    const QByteArray hidden = "\"hidden\": " + QByteArray::number(cfg.model.hidden);
+    QVERIFY(original.contains(embed) && original.contains(hidden));
+    auto expectMismatch = [&](const QByteArray& edited, const QString& fragment) {
+        QFile f(cfgPath);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(edited);
+        f.close();
+        for (int attempt = 0; attempt < 2; ++attempt) {
+            try {
+                if (attempt == 0)
+                    (void)Chatbot::load(run);
+                else
+                    (void)resume(run, smallCorpus(), {}, 4);
+                QFAIL("expected an error");
+            } catch (const Error& e) {
+                QVERIFY2(QString(e.what()).contains(fragment) && QString(e.what()).contains("config.json edited")
+                        && !QString(e.what()).contains("fell back"),
+                    e.what());
+                QVERIFY2(QString::fromStdString(e.file()).contains("ckpt-"), e.what());
+            }
+        }
+    };
+    expectMismatch(QByteArray(original).replace(embed, "\"embed_dim\": 7"), " x 7 by config.json");
+    expectMismatch(QByteArray(original).replace(hidden, "\"hidden\": 9"), "by config.json");
+    // Put back, the run is as it was: the same step, no note, and it resumes.
+    QFile f(cfgPath);
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    f.write(original);
+    f.close();
+    const Chatbot bot = Chatbot::load(run);
+    QVERIFY(bot.note().empty());
+    QCOMPARE(resume(run, smallCorpus(), {}, 4).status, TrainStatus::Finished);
 }
 
 void TestTraining::saveAtTheSameStepKeepsTheNamedCheckpoint()

@@ -90,13 +90,15 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     // A run that is still training replaces its checkpoint now and then; when the file that
     // state.json named is gone by the time we open it, read state.json again.
     for (int attempt = 0;; ++attempt) {
-        const RunState state = loadState(runDir);
+        std::string recovered;
+        const RunState state = loadState(runDir, &recovered);
         try {
             std::string fellBack;
             impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;
             impl->corpusFingerprint = state.corpusFingerprint;
-            if (!fellBack.empty())
-                impl->note += (impl->note.empty() ? "" : "; ") + fellBack;
+            for (const std::string* n : { &recovered, &fellBack })
+                if (!n->empty())
+                    impl->note += (impl->note.empty() ? "" : "; ") + *n;
             break;
         } catch (const Error&) {
             if (attempt >= 3 || loadState(runDir).checkpoint == state.checkpoint)

@@ -109,6 +109,51 @@ void unexpectedKeys(torch::nn::Module& module, torch::serialize::InputArchive& a
     }
 }
 
+// The first tensor the model has and `archive` has not, or holds in another shape, as words;
+// empty when every parameter and buffer is there in its shape. Module::load would resize a
+// tensor to what the file holds, or fail with LibTorch's words.
+std::string shapeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix)
+{
+    auto shape = [](const torch::Tensor& t) {
+        std::string out;
+        for (int64_t d : t.sizes())
+            out += (out.empty() ? "" : " x ") + std::to_string(d);
+        return out.empty() ? std::string("a scalar") : out;
+    };
+    auto check = [&](const std::string& key, const torch::Tensor& want) -> std::string {
+        torch::Tensor have;
+        if (!archive.try_read(key, have))
+            return "config.json makes a tensor '" + prefix + key + "' (" + shape(want) + ") the checkpoint has not";
+        if (have.sizes() != want.sizes())
+            return "tensor '" + prefix + key + "' is " + shape(have) + " in the checkpoint, " + shape(want)
+                + " by config.json";
+        return {};
+    };
+    for (const auto& p : module.named_parameters(/*recurse=*/false))
+        if (auto why = check(p.key(), p.value()); !why.empty())
+            return why;
+    for (const auto& b : module.named_buffers(/*recurse=*/false))
+        if (auto why = check(b.key(), b.value()); !why.empty())
+            return why;
+    for (const auto& c : module.named_children()) {
+        torch::serialize::InputArchive sub;
+        if (!archive.try_read(c.key(), sub))
+            return "config.json makes a part '" + prefix + c.key() + "' the checkpoint has not";
+        if (auto why = shapeMismatch(*c.value(), sub, prefix + c.key() + "."); !why.empty())
+            return why;
+    }
+    return {};
+}
+
+// A checkpoint of another model than config.json describes: every checkpoint of the run is then
+// another model too (config.json was edited), so no older one is tried in its place.
+struct ConfigMismatch : Error {
+    using Error::Error;
+};
+
+const char* const kEditedConfig
+    = ": was config.json edited? Put back the sizes the run was trained with (train a new run for other sizes)";
+
 } // namespace
 
 void loadCheckpoint(
@@ -131,10 +176,12 @@ void loadCheckpoint(
         std::vector<std::string> extra;
         unexpectedKeys(*model, m, "", extra);
         if (!extra.empty())
-            throw Error(file, 0,
+            throw ConfigMismatch(file, 0,
                 "checkpoint does not match config.json (it holds '" + extra.front() + "'"
                     + (extra.size() > 1 ? " and " + std::to_string(extra.size() - 1) + " more" : std::string())
-                    + ", which this model has not)");
+                    + ", which this model has not)" + kEditedConfig);
+        if (const std::string why = shapeMismatch(*model, m, ""); !why.empty())
+            throw ConfigMismatch(file, 0, "checkpoint does not match config.json (" + why + ")" + kEditedConfig);
         model->load(m);
         if (optimizer) {
             torch::serialize::InputArchive o;
@@ -182,6 +229,8 @@ RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, 
     try {
         loadCheckpoint(runDir, state, model, optimizer);
         return state;
+    } catch (const ConfigMismatch&) {
+        throw;
     } catch (const Error& newest) {
         for (const std::string& older : checkpointFiles(runDir)) {
             const std::string statePath = checkpointStatePath(runDir, older);

@@ -22,6 +22,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -167,12 +168,45 @@ std::string stateJson(const RunState& state)
 
 } // namespace
 
-RunState loadState(const std::string& runDir)
+RunState loadState(const std::string& runDir, std::string* note)
 {
     const std::string path = statePath(runDir);
-    if (!present(path))
-        throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
-    return loadStateFile(path);
+    std::optional<Error> failed;
+    bool edited = false; // JSON, but not a state a run writes: said, not replaced
+    if (present(path)) {
+        try {
+            return loadStateFile(path);
+        } catch (const Error& e) {
+            failed = e;
+            std::error_code ec;
+            edited = fs::is_regular_file(path, ec) && nlohmann::json::accept(text::readFile(path));
+        }
+    }
+    // state.json lost or damaged (a crash can leave it empty): each checkpoint has its state beside
+    // it (ckpt-<step>.json), written before state.json named it; the newest whose checkpoint is
+    // there stands in.
+    for (const std::string& ckpt : checkpointFiles(runDir)) {
+        RunState s;
+        try {
+            s = loadStateFile(checkpointStatePath(runDir, ckpt));
+        } catch (const Error&) {
+            continue;
+        }
+        if (s.checkpoint != ckpt)
+            continue;
+        const std::string kept = fs::path(checkpointStatePath(runDir, ckpt)).filename().string();
+        if (edited)
+            throw Error(failed->file(), failed->line(),
+                failed->message() + "; " + kept + " holds the state saved with the newest checkpoint (step "
+                    + std::to_string(s.step) + "): copy it over state.json to continue from there");
+        if (note)
+            *note = (failed ? std::string(failed->what()) : path + ": missing") + "; using " + kept
+                + ", the state saved with the newest checkpoint (step " + std::to_string(s.step) + ")";
+        return s;
+    }
+    if (failed)
+        throw *failed;
+    throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
 }
 
 RunState loadStateFile(const std::string& path)
@@ -523,7 +557,8 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
 
 bool isRun(const std::string& dir)
 {
-    return present(statePath(dir));
+    // A folder with checkpoints has trained, whatever became of its state.json (see loadState).
+    return present(statePath(dir)) || !checkpointFiles(dir).empty();
 }
 
 bool holdsRun(const std::string& dir)

@@ -41,8 +41,9 @@ std::string statePath(const std::string& runDir);
 std::string checkpointName(int64_t step);
 
 void saveState(const std::string& runDir, const RunState& state);
-// Throws Error naming state.json when it is missing or malformed.
-RunState loadState(const std::string& runDir);
+// state.json; when it is missing or malformed, the state kept with the newest checkpoint that has
+// one (said in `note`). Throws Error naming state.json when there is none of either.
+RunState loadState(const std::string& runDir, std::string* note = nullptr);
 // The state as of one checkpoint, kept beside it (ckpt-<step>.json) so an older checkpoint can
 // be fallen back to with the state that goes with it.
 std::string checkpointStatePath(const std::string& runDir, const std::string& checkpoint);

@@ -404,7 +404,10 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
     const RunLock lock(runDir); // one writer per run
-    s.state = loadState(runDir);
+    std::string recovered;
+    s.state = loadState(runDir, &recovered);
+    if (!recovered.empty())
+        log(cb, recovered);
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
         // own, and training from here is fine-tuning.
@@ -424,6 +427,10 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     }
     s.tok = Tokenizer::load(vocabPath(runDir));
     checkRunTokenizer(runDir, s.tok, s.cfg, /*size=*/false);
+    if (epochs > 0 && epochs < s.state.epoch)
+        throw Error(runDir, 0,
+            "the run has trained " + std::to_string(s.state.epoch) + " epochs; --epochs " + std::to_string(epochs)
+                + " is fewer: give more to train further (config.json keeps " + std::to_string(s.cfg.epochs) + ")");
     if (epochs > 0 && epochs != s.cfg.epochs) {
         s.cfg.epochs = epochs;
         s.state.finished = s.state.epoch >= epochs;
