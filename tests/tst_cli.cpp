@@ -61,6 +61,7 @@ private Q_SLOTS:
     void chatLineEndingsAndControlBytes();
     void explainRefusesAChangedCorpus();
     void corruptRunFilesAndTwoWriters();
+    void outputsNeverOverwriteInputsOrRuns();
     void doctor();
     void bench();
     void importKeras();
@@ -459,6 +460,42 @@ void TestCli::corruptRunFilesAndTwoWriters()
     const QString both = QString::fromUtf8(c1.readAllStandardError() + c2.readAllStandardError());
     QCOMPARE(c1.exitCode() + c2.exitCode(), 1);
     QVERIFY2(both.contains("in use by process"), qPrintable(both));
+}
+
+// Found trying hostile arguments: `corpus export g.yml --out g.yml` turned the YAML source into
+// TSV, and `bench --out RUN/state.json` wrote a report over a run's state, both exiting 0.
+void TestCli::outputsNeverOverwriteInputsOrRuns()
+{
+    auto read = [](const QString& path) {
+        QFile f(path);
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray("(unreadable)");
+    };
+    const QString source = QString::fromStdString(testutil::writeFile(m_dir, "outs/corpus/chat.yml", kYaml));
+    const QString folder = QFileInfo(source).path();
+    const QByteArray before = read(source);
+    for (const QString& out : { source, folder + "/../corpus/./chat.yml" }) {
+        const Run r = cli({ "corpus", "export", source, "--out", out });
+        QCOMPARE(r.code, 1);
+        QVERIFY2(r.err.contains("would overwrite the input"), qPrintable(r.err));
+    }
+    const Run inFolder = cli({ "corpus", "export", folder, "--out", source });
+    QCOMPARE(inFolder.code, 1);
+    QVERIFY2(inFolder.err.contains("would overwrite a file of the input folder"), qPrintable(inFolder.err));
+    QCOMPARE(read(source), before);
+    QCOMPARE(cli({ "corpus", "export", source, "--out", folder + "/pairs.tsv" }).code, 0); // a new file: fine
+
+    const QString run = m_dir.filePath("outs/run");
+    QCOMPARE(cli({ "train", "--preset", "quick", "--corpus", source, "--run", run, "--epochs", "1" }).code, 0);
+    const QByteArray state = read(run + "/state.json");
+    const Run bench = cli({ "bench", "--corpus", source, "--preset", "quick", "--batch", "2", "--repeats", "1",
+        "--warmup", "0", "--no-epoch", "--out", run + "/state.json" });
+    QCOMPARE(bench.code, 1);
+    QVERIFY2(bench.err.contains("is in the run folder"), qPrintable(bench.err));
+    const Run exported = cli({ "corpus", "export", source, "--out", run + "/pairs.tsv" });
+    QCOMPARE(exported.code, 1);
+    QVERIFY2(exported.err.contains("is in the run folder"), qPrintable(exported.err));
+    QVERIFY(!QFile::exists(run + "/pairs.tsv"));
+    QCOMPARE(read(run + "/state.json"), state);
 }
 
 void TestCli::doctor()

@@ -94,6 +94,8 @@ int run(BenchArgs a)
         a.cfg.hidden = m.hidden;
         a.cfg.layers = m.layers;
     }
+    if (!a.out.empty())
+        checkOutputFile(a.out, { a.corpus }); // before minutes of timing, not after
     const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();

@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include "chatbench/error.h"
+#include "chatbench/runs.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -135,6 +137,35 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
            "The most a loaded corpus may take, in MiB (its text and a fixed cost per turn and pair)")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
+}
+
+void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+    if (ec)
+        return; // the write names what is wrong with the path
+    const fs::path folder = target.parent_path();
+    if (chatbench::isRun(folder.string()) || chatbench::holdsRun(folder.string()))
+        throw chatbench::Error(out, 0,
+            "is in the run folder " + chatbench::printable(folder.string())
+                + ", whose files the run writes itself: write it elsewhere");
+    if (!fs::exists(target, ec))
+        return;
+    for (const std::string& in : inputs) {
+        std::error_code e2;
+        const fs::path source = fs::weakly_canonical(fs::absolute(in, e2), e2);
+        if (e2)
+            continue;
+        const bool same = fs::equivalent(target, source, e2);
+        const auto [end, _] = std::mismatch(source.begin(), source.end(), target.begin(), target.end());
+        const bool inside = fs::is_directory(source, e2) && end == source.end();
+        if (same || inside)
+            throw chatbench::Error(out, 0,
+                std::string("would overwrite ") + (same ? "the input " : "a file of the input folder ")
+                    + chatbench::printable(in) + ": write it elsewhere");
+    }
 }
 
 chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags)

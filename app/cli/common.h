@@ -54,6 +54,10 @@ struct CorpusFlags {
 void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);
 inline constexpr size_t kWarningsShown = 5; // skipped records listed without --verbose
 
+// Refuses (Error naming it) an output file that would overwrite one of `inputs` (the file itself
+// by any path, or a file inside an input folder) or would land in a run folder.
+void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs);
+
 // Loads a corpus named on the command line and reports what was skipped on stderr: a summary
 // and the first few warnings (all with --verbose).
 chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags);

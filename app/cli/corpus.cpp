@@ -52,6 +52,7 @@ int validate(const CorpusArgs& a)
 // tool that reads only TSV: the side-by-side peers.
 int exportPairs(const CorpusArgs& a)
 {
+    checkOutputFile(a.out, { a.path });
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
     chatbench::writePairsTsv(c.pairs, a.out);
     std::cout << "wrote " << c.pairs.size() << " pairs (" << chatbench::pairingName(c.pairing) << " pairing) to "
