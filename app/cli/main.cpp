@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv)
 {
@@ -49,7 +50,10 @@ int main(int argc, char** argv)
         std::cerr << "error: " << e.what() << "\n";
         return 1;
     } catch (const std::exception& e) {
-        std::cerr << "error: " << e.what() << "\n";
+        // Not an error the engine put in words (a library's): its first line, without LibTorch's
+        // stack trace.
+        const std::string what = e.what();
+        std::cerr << "error: " << what.substr(0, what.find('\n')) << "\n";
         return 2;
     }
     return exitCode;

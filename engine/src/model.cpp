@@ -9,6 +9,17 @@ namespace chatbench {
 
 namespace rnn = torch::nn::utils::rnn;
 
+int64_t parameterCount(const ModelConfig& cfg)
+{
+    const int64_t V = cfg.vocabSize, E = cfg.embedDim, H = cfg.hidden;
+    int64_t n = V * E * (cfg.sharedEmbedding ? 1 : 2);
+    for (int l = 0; l < cfg.layers; ++l)
+        n += 2 * (4 * H * ((l == 0 ? E : H) + H) + 8 * H); // encoder and decoder: weights and both biases
+    if (cfg.attention)
+        n += H * H + 2 * H * H + H;
+    return n + H * V + V;
+}
+
 Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg)
     : m_cfg(cfg)
 {

@@ -73,4 +73,7 @@ private:
 };
 TORCH_MODULE(Seq2Seq);
 
+// The parameters Seq2Seq(cfg) holds, counted without building it.
+int64_t parameterCount(const ModelConfig& cfg);
+
 } // namespace chatbench

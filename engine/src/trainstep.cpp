@@ -10,6 +10,9 @@
 
 #include <dlfcn.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -34,7 +37,76 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, s
     throw Error("unknown optimizer");
 }
 
+static Stepper makeStepperOn(const TrainConfig& cfg, const torch::Device& device, Precision precision);
+
+namespace {
+
+// What this process may still take, in bytes: the kernel's MemAvailable, or the control group's
+// limit less its use when that is lower; 0 when neither can be read.
+int64_t availableMemory()
+{
+    auto readNumber = [](const char* path, const std::string& key) -> int64_t {
+        std::ifstream in(path);
+        std::string word;
+        while (in >> word) {
+            if (key.empty() || word == key) {
+                if (!key.empty())
+                    in >> word;
+                try {
+                    return std::stoll(word);
+                } catch (const std::exception&) {
+                    return 0; // "max": no limit
+                }
+            }
+        }
+        return 0;
+    };
+    int64_t avail = readNumber("/proc/meminfo", "MemAvailable:") * 1024;
+    const int64_t limit = readNumber("/sys/fs/cgroup/memory.max", "");
+    if (limit > 0) {
+        const int64_t left = std::max<int64_t>(0, limit - readNumber("/sys/fs/cgroup/memory.current", ""));
+        avail = avail > 0 ? std::min(avail, left) : left;
+    }
+    return avail;
+}
+
+std::string gigabytes(double bytes)
+{
+    std::ostringstream o;
+    o.precision(bytes < 1e10 ? 2 : 3);
+    o << bytes / 1e9 << " GB";
+    return o.str();
+}
+
+} // namespace
+
 Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision)
+{
+    // Weights, gradients and RMSprop's averages (fp32 each), and the second core's gradients: a
+    // model that cannot have those is refused before LibTorch's allocator says so in its words.
+    const int64_t params = parameterCount(cfg.model);
+    const double need = 16.0 * static_cast<double>(params);
+    const std::string sizes = " (" + std::to_string(params) + " parameters: vocabulary "
+        + std::to_string(cfg.model.vocabSize) + ", embed " + std::to_string(cfg.model.embedDim) + ", hidden "
+        + std::to_string(cfg.model.hidden) + ", " + std::to_string(cfg.model.layers) + " layer(s))";
+    if (device.is_cpu())
+        if (const int64_t avail = availableMemory(); avail > 0 && need > static_cast<double>(avail))
+            throw Error("training this model needs about " + gigabytes(need) + " of memory" + sizes + ", and "
+                + gigabytes(static_cast<double>(avail)) + " is available: lower --hidden, --embed or --layers");
+    try {
+        return makeStepperOn(cfg, device, precision);
+    } catch (const c10::Error& e) {
+        const std::string what = e.what_without_backtrace();
+        if (what.find("can't allocate memory") == std::string::npos && what.find("out of memory") == std::string::npos)
+            throw;
+        throw Error("out of memory building the model" + sizes + " on " + device.str()
+            + ": lower --hidden, --embed or --layers (" + firstLine(what) + ")");
+    } catch (const std::bad_alloc&) {
+        throw Error("out of memory building the model" + sizes + ": lower --hidden, --embed or --layers");
+    }
+}
+
+static Stepper makeStepperOn(const TrainConfig& cfg, const torch::Device& device, Precision precision)
 {
     Stepper s;
     s.device = device;
