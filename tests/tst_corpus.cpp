@@ -19,6 +19,7 @@ private Q_SLOTS:
     void goodInputs();
     void badInputs_data();
     void badInputs();
+    void innerByteOrderMarksAreDropped();
     void yamlFolder();
     void yamlFolderSkipsUnreadableFiles();
     void pairings();
@@ -142,9 +143,18 @@ void TestCorpus::badInputs_data()
                                         << QByteArray(
                                                "conversations:\n- - hello\n  - hi\nconversations:\n- - foo\n  - bar\n")
                                         << 4L << "second 'conversations:' key (the first is on line 1)" << 0;
-    QTest::newRow("yaml-bom-inside") << "b.yml"
-                                     << QByteArray("conversations:\n- - hello\n  - hi\n\xEF\xBB\xBF- - foo\n  - bar\n")
-                                     << 4L << "byte-order mark" << 0;
+    // Found trying hostile files: UTF-16 was called invalid UTF-8 with advice to read it as
+    // Latin-1 (which then "worked", NUL bytes and all); NULs in TSV and control escapes in JSON
+    // reached the vocabulary.
+    QTest::newRow("tsv-utf16") << "w.tsv" << QByteArray("\xFF\xFEh\0i\0\t\0y\0o\0\n\0", 14) << 0L
+                               << "UTF-16 (little-endian" << 0;
+    QTest::newRow("tsv-utf16-no-mark") << "v.tsv" << QByteArray("\0h\0e\0l\0l\0o\0\t\0y\0o\0\n", 18) << 0L
+                                       << "UTF-16 (big-endian, no byte-order mark" << 0;
+    QTest::newRow("tsv-nul") << "n.tsv" << QByteArray("good\tday\nhello\thi\0there\n", 24) << 2L << "NUL byte" << 0;
+    QTest::newRow("jsonl-control")
+        << "c.jsonl"
+        << QByteArray("{\"prompt\":\"a\\u001bb\",\"response\":\"x\"}\n{\"prompt\":\"ok\",\"response\":\"fine\"}\n")
+        << 1L << "control character U+001B" << 1;
     QTest::newRow("yaml-nul") << "z.yml" << QByteArray("conversations:\n- - hel\0lo\n  - hi\n", 31) << 2L << "NUL byte"
                               << 0;
     QByteArray deep = "conversations:\n";
@@ -162,6 +172,24 @@ void TestCorpus::badInputs_data()
     QTest::newRow("jsonl-spread-document")
         << "s.json" << QByteArray("{\n  \"prompt\": \"a\",\n  \"response\": \"b\"\n}\n") << 1L << "spread over lines"
         << 0;
+}
+
+// Files joined with cat carry each one's byte-order mark inside: U+FEFF, a zero-width character,
+// is dropped wherever it is (it once stayed inside the first word of a TSV line, and YAML refused
+// the whole file).
+void TestCorpus::innerByteOrderMarksAreDropped()
+{
+    QTemporaryDir dir;
+    const Corpus tsv
+        = loadCorpus(testutil::writeFile(dir, "j.tsv", "\xEF\xBB\xBF" "a\tb\n\xEF\xBB\xBFhow\tfi\xEF\xBB\xBFne\n"));
+    QCOMPARE(tsv.pairs.size(), size_t(2));
+    QCOMPARE(tsv.pairs[1].prompt, std::string("how"));
+    QCOMPARE(tsv.pairs[1].response, std::string("fine"));
+    const Corpus yaml = loadCorpus(
+        testutil::writeFile(dir, "j.yml", "conversations:\n- - hello\n  - hi\n\xEF\xBB\xBF- - foo\n  - bar\n"));
+    QCOMPARE(yaml.pairs.size(), size_t(2));
+    QCOMPARE(yaml.pairs[1].prompt, std::string("foo"));
+    QCOMPARE(yaml.pairs[1].line, 4L);
 }
 
 void TestCorpus::badInputs()

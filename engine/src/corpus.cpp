@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -55,9 +56,21 @@ struct Loader {
     const LoadOptions& opt;
     int64_t spent = 0; // everything charged so far: never decreases, so it bounds time as well as memory
 
-    // Every pair goes through here: the total is capped.
+    // Every pair goes through here: the total is capped, and control characters (a JSON
+    // "\u001b" or "\u0000" escape; the files themselves hold no NUL) are refused, as a record
+    // whose text would reach the vocabulary and a terminal.
     void add(Pair p)
     {
+        for (const std::string* t : { &p.prompt, &p.response })
+            for (const char ch : *t)
+                if (const auto b = static_cast<unsigned char>(ch);
+                    (b < 0x20 && b != '\t' && b != '\n' && b != '\r') || b == 0x7F) {
+                    char code[8];
+                    std::snprintf(code, sizeof code, "U+%04X", b);
+                    throw Error(p.file, p.line,
+                        std::string("the text holds the control character ") + code + " ("
+                            + (t == &p.prompt ? "prompt" : "response") + ")");
+                }
         charge(pairCost(p), p.file, p.line);
         corpus.pairs.push_back(std::move(p));
     }

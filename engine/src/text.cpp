@@ -2,6 +2,7 @@
 
 #include "chatbench/error.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -117,8 +118,46 @@ long lineOfOffset(std::string_view bytes, size_t offset)
     return line;
 }
 
+namespace {
+
+// "UTF-16 (little-endian, …)" when the bytes are UTF-16 or UTF-32 text by their byte-order mark,
+// or by NUL bytes in every other place of an ASCII-looking start; empty otherwise.
+std::string wideEncoding(std::string_view b)
+{
+    auto starts = [&](std::string_view mark) { return b.substr(0, mark.size()) == mark; };
+    if (starts(std::string_view("\xFF\xFE\0\0", 4)))
+        return "UTF-32 (little-endian, byte-order mark FF FE 00 00)";
+    if (starts(std::string_view("\0\0\xFE\xFF", 4)))
+        return "UTF-32 (big-endian, byte-order mark 00 00 FE FF)";
+    if (starts("\xFF\xFE"))
+        return "UTF-16 (little-endian, byte-order mark FF FE)";
+    if (starts("\xFE\xFF"))
+        return "UTF-16 (big-endian, byte-order mark FE FF)";
+    const size_t n = std::min<size_t>(b.size() & ~size_t(1), 256);
+    if (n < 8)
+        return {};
+    size_t zeros[2] = { 0, 0 };
+    for (size_t i = 0; i < n; ++i)
+        zeros[i & 1] += b[i] == '\0';
+    const size_t half = n / 2;
+    if (zeros[1] * 10 >= half * 9 && zeros[0] == 0)
+        return "UTF-16 (little-endian, no byte-order mark)";
+    if (zeros[0] * 10 >= half * 9 && zeros[1] == 0)
+        return "UTF-16 (big-endian, no byte-order mark)";
+    return {};
+}
+
+} // namespace
+
 std::string normalise(const std::string& file, std::string bytes, bool latin1)
 {
+    if (const std::string wide = wideEncoding(bytes); !wide.empty())
+        throw Error(file, 0, "the file is " + wide + ", not UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8");
+    // Text holds no NUL (YAML's cannot, and a tokenizer would keep it inside a word): a binary
+    // file, or text damaged on the way.
+    if (const size_t nul = bytes.find('\0'); nul != std::string::npos)
+        throw Error(file, lineOfOffset(bytes, nul),
+            "a NUL byte (byte " + std::to_string(nul) + " of the file): text cannot hold one; is it a binary file?");
     // UTF-8 is checked on the bytes as they are in the file, so the offset and line it names
     // are the file's own.
     if (!latin1) {
@@ -143,8 +182,23 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1)
             }
         }
     }
-    if (latin1)
+    if (latin1) {
         out = latin1ToUtf8(out);
+    } else {
+        // U+FEFF past the start (files joined with cat) is the invisible zero-width no-break
+        // space: dropped, as at the start, rather than kept inside a word.
+        if (size_t at = out.find("\xEF\xBB\xBF"); at != std::string::npos) {
+            std::string kept;
+            kept.reserve(out.size());
+            size_t from = 0;
+            for (; at != std::string::npos; at = out.find("\xEF\xBB\xBF", from)) {
+                kept.append(out, from, at - from);
+                from = at + 3;
+            }
+            kept.append(out, from, std::string::npos);
+            out = std::move(kept);
+        }
+    }
     size_t start = 0;
     long line = 1;
     while (start <= out.size()) {
