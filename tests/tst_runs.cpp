@@ -34,6 +34,8 @@ private Q_SLOTS:
     void stateRoundTrip();
     void stateFieldsAreRangeChecked_data();
     void stateFieldsAreRangeChecked();
+    void fieldsOfTheWrongTypeAreNamed_data();
+    void fieldsOfTheWrongTypeAreNamed();
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
     void stepHistory();
@@ -237,6 +239,97 @@ void TestRuns::stateFieldsAreRangeChecked()
     } catch (const Error& e) {
         QCOMPARE(e.file(), statePath(run));
         QVERIFY2(QString(e.what()).contains("'" + field + "' is out of range"), e.what());
+    }
+}
+
+// Found trying hostile edits: "hidden": "128" in config.json said only "[json.exception.type_error.302]
+// type must be number, but is string", naming no field; "hidden": 128.5 was read as 128 and
+// "seed": -1 as 2^64 - 1; vocabulary words the tokenizer can never produce were taken.
+void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
+{
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("pattern"); // replaced in the file as written
+    QTest::addColumn<QString>("replacement");
+    QTest::addColumn<QString>("fragment");
+    QTest::newRow("config string") << "config.json"
+                                   << "\"hidden\": \\d+"
+                                   << "\"hidden\": \"128\""
+                                   << "'model.hidden' must be a whole number that fits, not \"128\"";
+    QTest::newRow("config fraction") << "config.json"
+                                     << "\"hidden\": \\d+"
+                                     << "\"hidden\": 128.5"
+                                     << "'model.hidden' must be a whole number that fits, not 128.5";
+    QTest::newRow("config negative seed") << "config.json"
+                                          << "\"seed\": \\d+"
+                                          << "\"seed\": -1"
+                                          << "'train.seed' must be a whole number of 0 or more that fits, not -1";
+    QTest::newRow("config section null") << "config.json"
+                                         << "\"device\": \\{"
+                                         << "\"device\": null, \"x\": {"
+                                         << "'device' must be an object, not null";
+    QTest::newRow("config number as bool") << "config.json"
+                                           << "\"attention\": false"
+                                           << "\"attention\": 0"
+                                           << "'model.attention' must be true or false, not 0";
+    QTest::newRow("state bool") << "state.json"
+                                << "\"finished\": false"
+                                << "\"finished\": \"yes\""
+                                << "'finished' must be true or false, not \"yes\"";
+    QTest::newRow("state history") << "state.json"
+                                   << "\"history\": \\[\\]"
+                                   << "\"history\": \"x\""
+                                   << "'history' must be a list";
+    QTest::newRow("state missing") << "state.json"
+                                   << "\"step\": \\d+,"
+                                   << ""
+                                   << "'step' is missing";
+    QTest::newRow("vocab tokens") << "vocab.json"
+                                  << "\"tokens\": \\["
+                                  << "\"tokens\": 5, \"x\": ["
+                                  << "'tokens' must be a list of words";
+    QTest::newRow("vocab space") << "vocab.json"
+                                 << "\"hello\""
+                                 << "\"hel lo\""
+                                 << "('hel lo') is empty or holds white space";
+    QTest::newRow("vocab empty") << "vocab.json"
+                                 << "\"hello\""
+                                 << "\"\""
+                                 << "('') is empty or holds white space";
+}
+
+void TestRuns::fieldsOfTheWrongTypeAreNamed()
+{
+    QFETCH(QString, file);
+    QFETCH(QString, pattern);
+    QFETCH(QString, replacement);
+    QFETCH(QString, fragment);
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    testutil::writeFile(dir, "config.json", QByteArray::fromStdString(toJson(TrainConfig {})));
+    RunState s;
+    s.checkpoint = checkpointName(4);
+    s.step = 4;
+    saveState(run, s);
+    Tokenizer::build({ { "hello there", "hi you", "", 1 } }, {}).save(run + "/vocab.json");
+    QFile f(dir.filePath(file));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(f.readAll());
+    f.close();
+    const QRegularExpression re(pattern);
+    QVERIFY2(text.contains(re), qPrintable(text));
+    text.replace(text.indexOf(re), re.match(text).capturedLength(), replacement);
+    testutil::writeFile(dir, file, text.toUtf8());
+    try {
+        if (file == "config.json")
+            (void)loadRunConfig(run);
+        else if (file == "state.json")
+            (void)loadStateFile(statePath(run));
+        else
+            (void)Tokenizer::load(run + "/vocab.json");
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString::fromStdString(e.file()).endsWith(file), e.what());
+        QVERIFY2(QString(e.what()).contains(fragment), e.what());
     }
 }
 

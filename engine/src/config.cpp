@@ -131,64 +131,68 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
     const nlohmann::json j = parseDocument(text, file, "chatbench-config", "not a chatbench config.json");
     TrainConfig c;
     try {
-        c.preset = j.value("preset", "custom");
-        const auto& m = j.at("model");
-        c.model.vocabSize = m.at("vocab_size").get<int64_t>();
-        c.model.embedDim = m.at("embed_dim").get<int>();
-        c.model.hidden = m.at("hidden").get<int>();
-        c.model.layers = m.at("layers").get<int>();
-        c.model.dropout = m.at("dropout").get<double>();
-        c.model.attention = m.at("attention").get<bool>();
-        c.model.sharedEmbedding = m.at("shared_embedding").get<bool>();
-        c.model.maxSourceLength = m.at("max_source_length").get<int>();
-        c.model.maxTargetLength = m.at("max_target_length").get<int>();
-        const auto& t = j.at("tokenizer");
-        const auto mode = parseTokenizerMode(t.at("mode").get<std::string>());
+        const JsonObject root { j, "" };
+        c.preset = field<std::string>(root, "preset", std::string("custom"));
+        const JsonObject m = section(root, "model");
+        c.model.vocabSize = field<int64_t>(m, "vocab_size");
+        c.model.embedDim = field<int>(m, "embed_dim");
+        c.model.hidden = field<int>(m, "hidden");
+        c.model.layers = field<int>(m, "layers");
+        c.model.dropout = field<double>(m, "dropout");
+        c.model.attention = field<bool>(m, "attention");
+        c.model.sharedEmbedding = field<bool>(m, "shared_embedding");
+        c.model.maxSourceLength = field<int>(m, "max_source_length");
+        c.model.maxTargetLength = field<int>(m, "max_target_length");
+        const JsonObject t = section(root, "tokenizer");
+        const auto mode = parseTokenizerMode(field<std::string>(t, "mode"));
         if (!mode)
             throw Error(file, 0, "tokenizer.mode must be " + joinNames(tokenizerModeNames()));
         c.tokenizer.mode = *mode;
-        c.tokenizer.minFrequency = t.at("min_frequency").get<int>();
-        c.tokenizer.maxSize = t.at("max_vocab").get<int>();
-        c.tokenizer.dropUnknown = t.value("drop_unknown", false);
-        const auto& tr = j.at("train");
-        const auto opt = parseOptimizer(tr.at("optimizer").get<std::string>());
+        c.tokenizer.minFrequency = field<int>(t, "min_frequency");
+        c.tokenizer.maxSize = field<int>(t, "max_vocab");
+        c.tokenizer.dropUnknown = field<bool>(t, "drop_unknown", false);
+        const JsonObject tr = section(root, "train");
+        const auto opt = parseOptimizer(field<std::string>(tr, "optimizer"));
         if (!opt)
             throw Error(file, 0, "train.optimizer must be " + joinNames(optimizerNames()));
         c.optimizer = *opt;
-        c.learningRate = tr.at("learning_rate").get<double>();
-        c.clipNorm = tr.at("clip_norm").get<double>();
-        c.teacherForcing = tr.at("teacher_forcing").get<double>();
-        c.batchSize = tr.at("batch_size").get<int>();
-        c.epochs = tr.at("epochs").get<int>();
-        c.validationFraction = tr.at("validation_fraction").get<double>();
-        c.patience = tr.at("patience").get<int>();
-        c.seed = tr.at("seed").get<uint64_t>();
-        c.deterministic = tr.at("deterministic").get<bool>();
-        c.bucketing = tr.at("bucketing").get<bool>();
-        c.checkpointEverySteps = tr.value("checkpoint_every_steps", 0);
-        c.keepCheckpoints = tr.value("keep_checkpoints", 2);
-        const auto& d = j.at("device");
-        c.device = d.at("device").get<std::string>();
-        const auto prec = parsePrecision(d.at("precision").get<std::string>());
+        c.learningRate = field<double>(tr, "learning_rate");
+        c.clipNorm = field<double>(tr, "clip_norm");
+        c.teacherForcing = field<double>(tr, "teacher_forcing");
+        c.batchSize = field<int>(tr, "batch_size");
+        c.epochs = field<int>(tr, "epochs");
+        c.validationFraction = field<double>(tr, "validation_fraction");
+        c.patience = field<int>(tr, "patience");
+        c.seed = field<uint64_t>(tr, "seed");
+        c.deterministic = field<bool>(tr, "deterministic");
+        c.bucketing = field<bool>(tr, "bucketing");
+        c.checkpointEverySteps = field<int>(tr, "checkpoint_every_steps", 0);
+        c.keepCheckpoints = field<int>(tr, "keep_checkpoints", 2);
+        const JsonObject d = section(root, "device");
+        c.device = field<std::string>(d, "device");
+        const auto prec = parsePrecision(field<std::string>(d, "precision"));
         if (!prec)
             throw Error(file, 0, "device.precision must be " + joinNames(precisionNames()));
         c.precision = *prec;
-        c.tf32 = d.value("tf32", false);
-        c.threads = d.at("threads").get<int>();
+        c.tf32 = field<bool>(d, "tf32", false);
+        c.threads = field<int>(d, "threads");
         if (j.contains("corpus")) {
-            const auto& cj = j["corpus"];
-            c.corpus = cj.value("path", "");
-            const auto fmt = parseFormat(cj.value("format", "auto"));
+            const JsonObject cj = section(root, "corpus");
+            c.corpus = field<std::string>(cj, "path", std::string(""));
+            const auto fmt = parseFormat(field<std::string>(cj, "format", std::string("auto")));
             if (!fmt)
                 throw Error(file, 0, "corpus.format must be " + joinNames(formatNames()));
             c.corpusFormat = *fmt;
-            c.latin1 = cj.value("latin1", false);
-            const auto pairing = parsePairing(cj.value("pairing", pairingName(Pairing::Consecutive)));
+            c.latin1 = field<bool>(cj, "latin1", false);
+            const auto pairing
+                = parsePairing(field<std::string>(cj, "pairing", std::string(pairingName(Pairing::Consecutive))));
             if (!pairing)
                 throw Error(file, 0, "corpus.pairing must be " + joinNames(pairingNames()));
             c.pairing = *pairing;
-            c.strictCorpus = cj.value("strict", false);
+            c.strictCorpus = field<bool>(cj, "strict", false);
         }
+    } catch (const FieldError& e) {
+        throw Error(file, 0, std::string("bad config: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
         throw Error(file, 0, std::string("bad config: ") + e.what());
     }

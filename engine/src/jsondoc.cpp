@@ -3,6 +3,9 @@
 #include "chatbench/error.h"
 #include "text.h"
 
+#include <limits>
+#include <type_traits>
+
 namespace chatbench {
 
 nlohmann::json parseDocument(
@@ -27,5 +30,79 @@ nlohmann::json parseDocument(
                 + ": this chatbench reads version 1 (written by a newer chatbench?)");
     return j;
 }
+
+namespace {
+
+std::string named(const JsonObject& obj, const std::string& key)
+{
+    return "'" + (obj.path.empty() ? key : obj.path + "." + key) + "'";
+}
+
+std::string shown(const nlohmann::json& v)
+{
+    std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (text.size() > 40)
+        text = text.substr(0, 37) + "...";
+    return printable(text);
+}
+
+const nlohmann::json& member(const JsonObject& obj, const std::string& key)
+{
+    if (!obj.json.is_object())
+        throw FieldError((obj.path.empty() ? std::string("the document") : "'" + obj.path + "'")
+            + " must be an object, not " + shown(obj.json));
+    const auto it = obj.json.find(key);
+    if (it == obj.json.end())
+        throw FieldError(named(obj, key) + " is missing");
+    return *it;
+}
+
+} // namespace
+
+JsonObject section(const JsonObject& obj, const std::string& key)
+{
+    const nlohmann::json& v = member(obj, key);
+    if (!v.is_object())
+        throw FieldError(named(obj, key) + " must be an object, not " + shown(v));
+    return { v, obj.path.empty() ? key : obj.path + "." + key };
+}
+
+template <typename T> T field(const JsonObject& obj, const std::string& key)
+{
+    const nlohmann::json& v = member(obj, key);
+    if constexpr (std::is_same_v<T, bool>) {
+        if (v.is_boolean())
+            return v.get<bool>();
+        throw FieldError(named(obj, key) + " must be true or false, not " + shown(v));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        if (v.is_string())
+            return v.get<std::string>();
+        throw FieldError(named(obj, key) + " must be a string, not " + shown(v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+        if (v.is_number())
+            return v.get<T>();
+        throw FieldError(named(obj, key) + " must be a number, not " + shown(v));
+    } else {
+        static_assert(std::is_integral_v<T>);
+        bool fits = false;
+        if (v.is_number_unsigned())
+            fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+        else if (v.is_number_integer())
+            fits = std::is_signed_v<T> && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min())
+                && v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+        if (fits)
+            return v.get<T>();
+        throw FieldError(named(obj, key) + " must be a whole number"
+            + (std::is_signed_v<T> ? std::string() : std::string(" of 0 or more")) + " that fits, not " + shown(v));
+    }
+}
+
+template bool field<bool>(const JsonObject&, const std::string&);
+template std::string field<std::string>(const JsonObject&, const std::string&);
+template double field<double>(const JsonObject&, const std::string&);
+template int field<int>(const JsonObject&, const std::string&);
+template int64_t field<int64_t>(const JsonObject&, const std::string&);
+template uint32_t field<uint32_t>(const JsonObject&, const std::string&);
+template uint64_t field<uint64_t>(const JsonObject&, const std::string&);
 
 } // namespace chatbench

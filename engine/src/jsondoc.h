@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace chatbench {
@@ -11,5 +13,28 @@ namespace chatbench {
 // Error(file, 1, notThis) when the document's "format" field is not `format`.
 nlohmann::json parseDocument(
     const std::string& text, const std::string& file, const std::string& format, const std::string& notThis);
+
+// One object of a document and where it is ("model", "history[3]"; "" for the top).
+struct JsonObject {
+    const nlohmann::json& json;
+    std::string path;
+};
+
+// A field of the wrong type, missing, or out of the type's range; the message names it
+// ("'model.hidden' must be a whole number, not \"128\"").
+struct FieldError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// obj[key] as an object (FieldError when it is missing or not one).
+JsonObject section(const JsonObject& obj, const std::string& key);
+// obj[key] as T: bool, a whole number type, double or std::string, exactly (no fraction or sign
+// cut off, no number taken for a bool); FieldError when missing or not that.
+template <typename T> T field(const JsonObject& obj, const std::string& key);
+// The same, or `fallback` when the key is absent.
+template <typename T> T field(const JsonObject& obj, const std::string& key, T fallback)
+{
+    return obj.json.is_object() && obj.json.contains(key) ? field<T>(obj, key) : fallback;
+}
 
 } // namespace chatbench

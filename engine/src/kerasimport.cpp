@@ -122,8 +122,11 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
         if (ours[static_cast<size_t>(k)] >= 0)
             continue;
         ours[static_cast<size_t>(k)] = 4 + static_cast<int64_t>(words.size());
-        const bool named
-            = k < limit && static_cast<size_t>(k) < kt.words.size() && !kt.words[static_cast<size_t>(k)].empty();
+        // A word holding white space (a tokenizer split on another character) is never one our
+        // tokenizer produces: a placeholder too.
+        const bool named = k < limit && static_cast<size_t>(k) < kt.words.size()
+            && !kt.words[static_cast<size_t>(k)].empty()
+            && kt.words[static_cast<size_t>(k)].find_first_of(" \t\n\r\f\v") == std::string::npos;
         words.push_back(named ? kt.words[static_cast<size_t>(k)] : "<keras-" + std::to_string(k) + ">");
         unnamed += named ? 0 : 1;
     }

@@ -46,10 +46,11 @@ nlohmann::json numberOrNull(double v)
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
-double numberOr(const nlohmann::json& j, const char* key, double fallback)
+// A number that may be null (NaN and infinities are written as null).
+double numberOr(const JsonObject& j, const char* key, double fallback)
 {
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? fallback : it->get<double>();
+    auto it = j.json.find(key);
+    return it == j.json.end() || it->is_null() ? fallback : field<double>(j, key);
 }
 
 bool present(const fs::path& p)
@@ -215,38 +216,45 @@ RunState loadStateFile(const std::string& path)
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-state", "not a chatbench state.json");
     RunState s;
     try {
-        s.checkpoint = j.at("checkpoint").get<std::string>();
+        const JsonObject root { j, "" };
+        s.checkpoint = field<std::string>(root, "checkpoint");
         if (j.contains("checkpoint_crc32")) {
-            s.checkpointCrc = j.at("checkpoint_crc32").get<uint32_t>();
+            s.checkpointCrc = field<uint32_t>(root, "checkpoint_crc32");
             s.haveCrc = true;
         }
-        s.epoch = j.at("epoch").get<int>();
-        s.batchInEpoch = j.at("batch_in_epoch").get<int64_t>();
-        s.step = j.at("step").get<int64_t>();
-        s.epochLossSum = j.at("epoch_loss_sum").get<double>();
-        s.epochTokens = j.at("epoch_tokens").get<int64_t>();
-        s.epochSeconds = j.value("epoch_seconds", 0.0);
-        s.elapsedSeconds = j.at("elapsed_seconds").get<double>();
-        s.bestValidationLoss = numberOr(j, "best_validation_loss", 0.0);
-        s.haveBest = j.at("have_best").get<bool>();
-        s.badEpochs = j.at("bad_epochs").get<int>();
-        s.finished = j.at("finished").get<bool>();
-        s.corpusFingerprint = j.at("corpus_fingerprint").get<uint64_t>();
-        s.lossScale = j.value("loss_scale", 65536.0);
-        s.lossScaleGoodSteps = j.value("loss_scale_good_steps", int64_t(0));
-        for (const auto& h : j.at("history")) {
+        s.epoch = field<int>(root, "epoch");
+        s.batchInEpoch = field<int64_t>(root, "batch_in_epoch");
+        s.step = field<int64_t>(root, "step");
+        s.epochLossSum = field<double>(root, "epoch_loss_sum");
+        s.epochTokens = field<int64_t>(root, "epoch_tokens");
+        s.epochSeconds = field<double>(root, "epoch_seconds", 0.0);
+        s.elapsedSeconds = field<double>(root, "elapsed_seconds");
+        s.bestValidationLoss = numberOr(root, "best_validation_loss", 0.0);
+        s.haveBest = field<bool>(root, "have_best");
+        s.badEpochs = field<int>(root, "bad_epochs");
+        s.finished = field<bool>(root, "finished");
+        s.corpusFingerprint = field<uint64_t>(root, "corpus_fingerprint");
+        s.lossScale = field<double>(root, "loss_scale", 65536.0);
+        s.lossScaleGoodSteps = field<int64_t>(root, "loss_scale_good_steps", int64_t(0));
+        const auto& history = j.contains("history") ? j["history"] : nlohmann::json();
+        if (!history.is_array())
+            throw FieldError("'history' must be a list");
+        for (size_t i = 0; i < history.size(); ++i) {
+            const JsonObject h { history[i], "history[" + std::to_string(i) + "]" };
             EpochMetrics m;
-            m.epoch = h.at("epoch").get<int>();
-            m.step = h.at("step").get<int64_t>();
+            m.epoch = field<int>(h, "epoch");
+            m.step = field<int64_t>(h, "step");
             m.trainLoss = numberOr(h, "train_loss", NAN);
             m.validationLoss = numberOr(h, "validation_loss", NAN);
             m.validationAccuracy = numberOr(h, "validation_accuracy", NAN);
             m.perplexity = numberOr(h, "perplexity", NAN);
-            m.seconds = h.at("seconds").get<double>();
-            m.tokensPerSecond = h.at("tokens_per_second").get<double>();
-            m.elapsedSeconds = h.at("elapsed_seconds").get<double>();
+            m.seconds = field<double>(h, "seconds");
+            m.tokensPerSecond = field<double>(h, "tokens_per_second");
+            m.elapsedSeconds = field<double>(h, "elapsed_seconds");
             s.history.push_back(m);
         }
+    } catch (const FieldError& e) {
+        throw Error(path, 0, std::string("bad state: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, std::string("bad state: ") + e.what());
     }

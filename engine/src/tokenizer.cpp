@@ -193,8 +193,9 @@ Tokenizer Tokenizer::fromWords(const std::vector<std::string>& words, const Toke
     tok.m_words = kSpecials;
     tok.m_words.insert(tok.m_words.end(), words.begin(), words.end());
     for (size_t i = 0; i < tok.m_words.size(); ++i) {
-        if (tok.m_words[i].empty())
-            throw Error("word " + std::to_string(i) + " of the vocabulary is empty");
+        if (tok.m_words[i].empty() || tok.m_words[i].find_first_of(" \t\n\r\f\v") != std::string::npos)
+            throw Error("word " + std::to_string(i) + " of the vocabulary ('" + printable(tok.m_words[i])
+                + "') is empty or holds white space");
         if (!tok.m_ids.emplace(tok.m_words[i], static_cast<int64_t>(i)).second)
             throw Error("word '" + tok.m_words[i] + "' appears twice in the vocabulary");
     }
@@ -270,19 +271,35 @@ Tokenizer Tokenizer::load(const std::string& path)
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-vocab", "not a chatbench vocabulary file");
     Tokenizer tok;
     try {
-        const std::string name = j.at("mode").get<std::string>();
+        const JsonObject root { j, "" };
+        const std::string name = field<std::string>(root, "mode");
         const auto mode = parseTokenizerMode(name);
         if (!mode)
             throw Error(path, 0, "unknown tokenizer mode '" + name + "' (" + joinNames(tokenizerModeNames()) + ")");
         tok.m_options.mode = *mode;
-        tok.m_options.minFrequency = j.at("min_frequency").get<int>();
-        tok.m_options.maxSize = j.at("max_size").get<int>();
-        tok.m_options.dropUnknown = j.value("drop_unknown", false);
-        const std::string lowercase = j.value("lowercase", "ascii"); // absent: saved before Unicode lowercasing
+        tok.m_options.minFrequency = field<int>(root, "min_frequency");
+        tok.m_options.maxSize = field<int>(root, "max_size");
+        tok.m_options.dropUnknown = field<bool>(root, "drop_unknown", false);
+        // absent: saved before Unicode lowercasing
+        const std::string lowercase = field<std::string>(root, "lowercase", std::string("ascii"));
         if (lowercase != "ascii" && lowercase != "unicode")
             throw Error(path, 0, "lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'");
         tok.m_options.unicodeLowercase = lowercase == "unicode";
-        tok.m_words = j.at("tokens").get<std::vector<std::string>>();
+        if (!j.contains("tokens") || !j["tokens"].is_array())
+            throw FieldError("'tokens' must be a list of words");
+        for (size_t i = 0; i < j["tokens"].size(); ++i) {
+            const auto& w = j["tokens"][i];
+            if (!w.is_string())
+                throw FieldError("'tokens[" + std::to_string(i) + "]' must be a string");
+            tok.m_words.push_back(w.get<std::string>());
+            const std::string& word = tok.m_words.back();
+            // A word the tokenizer can never produce would be a silent hole in the vocabulary.
+            if (word.empty() || word.find_first_of(" \t\n\r\f\v") != std::string::npos)
+                throw Error(path, 0,
+                    "word " + std::to_string(i) + " ('" + printable(word) + "') is empty or holds white space");
+        }
+    } catch (const FieldError& e) {
+        throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
     }
