@@ -60,4 +60,11 @@ inline std::string writeFile(const QTemporaryDir& dir, const QString& name, cons
     return path.toStdString();
 }
 
+// The bytes of `path`, or "(unreadable)".
+inline QByteArray readFile(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray("(unreadable)");
+}
+
 } // namespace testutil

@@ -466,10 +466,7 @@ void TestCli::corruptRunFilesAndTwoWriters()
 // TSV, and `bench --out RUN/state.json` wrote a report over a run's state, both exiting 0.
 void TestCli::outputsNeverOverwriteInputsOrRuns()
 {
-    auto read = [](const QString& path) {
-        QFile f(path);
-        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray("(unreadable)");
-    };
+    const auto read = testutil::readFile;
     const QString source = QString::fromStdString(testutil::writeFile(m_dir, "outs/corpus/chat.yml", kYaml));
     const QString folder = QFileInfo(source).path();
     const QByteArray before = read(source);

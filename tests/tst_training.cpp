@@ -672,10 +672,7 @@ void TestTraining::lostStateJsonIsRecovered()
     train(cfg, smallCorpus(), run);
     const int64_t step = Chatbot::load(run).step();
     const QString state = dir.filePath("run/state.json");
-    const QByteArray config = [&] {
-        QFile f(dir.filePath("run/config.json"));
-        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-    }();
+    const QByteArray config = testutil::readFile(dir.filePath("run/config.json"));
     QVERIFY(QFile::remove(state));
     QVERIFY(isRun(run));
     {
@@ -692,12 +689,7 @@ void TestTraining::lostStateJsonIsRecovered()
     } catch (const Error& e) {
         QVERIFY2(QString(e.what()).contains("already holds a run"), e.what());
     }
-    QCOMPARE(
-        [&] {
-            QFile f(dir.filePath("run/config.json"));
-            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-        }(),
-        config);
+    QCOMPARE(testutil::readFile(dir.filePath("run/config.json")), config);
     // Resumed, it says where its state came from and writes state.json again.
     std::vector<std::string> logs;
     TrainCallbacks cb;
@@ -874,10 +866,7 @@ void TestTraining::editedConfigIsNamedNotFallenBackFrom()
     train(cfg, smallCorpus(), run);
     QVERIFY(QDir(QString::fromStdString(run)).entryList({ "ckpt-*.pt" }).size() >= 2);
     const QString cfgPath = QString::fromStdString(run) + "/config.json";
-    const QByteArray original = [&] {
-        QFile f(cfgPath);
-        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-    }();
+    const QByteArray original = testutil::readFile(cfgPath);
     const QByteArray embed = "\"embed_dim\": " + QByteArray::number(cfg.model.embedDim);
     const QByteArray hidden = "\"hidden\": " + QByteArray::number(cfg.model.hidden);
     QVERIFY(original.contains(embed) && original.contains(hidden));
