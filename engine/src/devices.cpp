@@ -10,6 +10,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -59,6 +61,39 @@ int64_t ramBytes()
 const char* kBf16Cpus = "bf16 in hardware needs AVX512-BF16 or AMX-BF16 (Intel Xeon Cooper Lake, Sapphire Rapids or "
                         "later; AMD Zen 4 or later)";
 
+// "; but its products ran at 0.68× fp32's here …" when a bf16 product is slower than an fp32 one
+// on this CPU (seen on a 2-core Xeon with AVX512-BF16 and no AMX: bf16 training there was 1.5×
+// slower than fp32); empty when bf16 is the faster. Best of five 512³ products each, ~40 ms.
+std::string bf16Speed()
+{
+    torch::NoGradGuard noGrad;
+    // The engine's own bf16 product (gemmBf16: the path named above) against ATen's fp32 one.
+    auto best = [](torch::ScalarType type) {
+        const auto a = torch::randn({ 512, 512 }).to(type), b = torch::randn({ 512, 512 }).to(type);
+        auto c = torch::empty({ 512, 512 });
+        double fastest = 1e30;
+        for (int i = 0; i < 6; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            if (type == torch::kBFloat16)
+                gemmBf16(a, false, b, false, 0.0f, c);
+            else
+                at::mm_out(c, a, b);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (i > 0) // the first warms up
+                fastest = std::min(fastest, s);
+        }
+        return fastest;
+    };
+    const double ratio = best(torch::kFloat32) / best(torch::kBFloat16);
+    if (!(ratio < 1.0))
+        return {};
+    std::ostringstream o;
+    o.precision(2);
+    o << std::fixed << "; but its products ran at " << ratio
+      << "× fp32's on this CPU (512³, best of 5): fp32 trains faster here";
+    return o.str();
+}
+
 // Runs one forward + backward of a tiny LSTM in the given precision; the exception text is the
 // reason when the pair does not work. For bf16 on the CPU the reason also says whether the
 // instructions are there (supported without them means emulated: slower than fp32).
@@ -90,7 +125,7 @@ PrecisionSupport probe(const torch::Device& device, Precision p)
             have += (have.empty() ? "" : ", ") + f;
         if (s.supported)
             s.reason = flags.empty() ? std::string("emulated, slower than fp32: ") + kBf16Cpus
-                                     : "in hardware (" + have + "); " + bf16GemmDescription();
+                                     : "in hardware (" + have + "); " + bf16GemmDescription() + bf16Speed();
         else
             s.reason += std::string(" — ") + kBf16Cpus + (flags.empty() ? "; this CPU has neither" : "");
     }
