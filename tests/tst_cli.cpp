@@ -379,6 +379,13 @@ void TestCli::chatLineEndingsAndControlBytes()
     QCOMPARE(lines[0], QString("a few epochs old"));
     QVERIFY2(!r.out.contains(QChar(0x1B)) && r.out.contains("\\x1B"), qPrintable(r.out));
     QVERIFY(!r.out.contains('\r'));
+    // A run folder named with an escape and a newline (found by an outside pass: "run folder:"
+    // printed it raw): shown escaped.
+    const QString odd = m_dir.filePath("odd\x1B[31m\nname");
+    const Run t = cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", odd, "--epochs", "1" });
+    QCOMPARE(t.code, 0);
+    QVERIFY2(!t.out.contains(QChar(0x1B)) && t.out.contains("odd\\x1B[31m\\x0Aname"), qPrintable(t.out));
+    QVERIFY2(!t.err.contains(QChar(0x1B)), qPrintable(t.err));
 }
 
 void TestCli::explainRefusesAChangedCorpus()

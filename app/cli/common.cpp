@@ -185,6 +185,21 @@ std::string shellWord(const std::string& text)
     });
     if (plain)
         return text;
+    // Control bytes (a newline, an escape) would act on the terminal inside '…': bash's $'…' with
+    // \xNN keeps the word pasteable and the terminal untouched.
+    if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7F; })) {
+        static const char* hex = "0123456789abcdef";
+        std::string out = "$'";
+        for (unsigned char c : text) {
+            if (c < 0x20 || c == 0x7F)
+                out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+            else if (c == '\'' || c == '\\')
+                out += std::string("\\") + static_cast<char>(c);
+            else
+                out += static_cast<char>(c);
+        }
+        return out + "'";
+    }
     std::string out = "'";
     for (char c : text)
         out += c == '\'' ? std::string("'\\''") : std::string(1, c);

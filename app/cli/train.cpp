@@ -137,14 +137,14 @@ int run(const TrainArgs& a)
         const TrainConfig cfg = configFrom(args);
         validate(cfg);
         const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags);
-        std::cout << "training preset '" << cfg.preset << "' on " << args.corpus << " (" << corpus.pairs.size()
-                  << " pairs) into " << a.run << std::endl;
+        std::cout << "training preset '" << cfg.preset << "' on " << chatbench::printable(args.corpus) << " ("
+                  << corpus.pairs.size() << " pairs) into " << chatbench::printable(a.run) << std::endl;
         const CancelWatch watch;
         r = train(cfg, corpus, a.run, cb);
     }
     if (tty && !a.quiet)
         std::cout << "\r\033[K";
-    std::cout << describe(r) << "\nrun folder: " << a.run << "\n";
+    std::cout << describe(r) << "\nrun folder: " << chatbench::printable(a.run) << "\n";
     if (r.status == TrainStatus::Cancelled)
         std::cout << "continue with: chatbench-cli train --resume --run " << shellWord(a.run) << "\n";
     return r.status == TrainStatus::Cancelled ? 130 : 0;
