@@ -7,6 +7,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QThread>
 
 #include <csignal>
 #include <sys/stat.h>
@@ -562,6 +563,19 @@ void TestCli::bench()
         qPrintable(folder.err));
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);
+    // Stopped by SIGTERM once timing has begun: the report holds what was measured and says so,
+    // and the exit status is train's for a stop (130), not 0 (found by an outside pass).
+    const QString cut = m_dir.filePath("cut.json");
+    QProcess p;
+    p.start(CHATBENCH_CLI,
+        { "bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2", "--repeats", "1", "--warmup", "0",
+            "--no-epoch", "--race-epochs", "100000", "--threads", "1", "--out", cut });
+    QVERIFY(p.waitForStarted());
+    QThread::sleep(6); // past loading LibTorch and the corpus, into the timing
+    p.terminate();
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 130);
+    QVERIFY(testutil::readFile(cut).contains("cancelled before the end"));
 }
 
 void TestCli::importKeras()

@@ -123,14 +123,17 @@ int run(BenchArgs a)
                 std::string("cannot write the report") + (err ? std::string(": ") + std::strerror(err) : std::string())
                     + (std::filesystem::is_directory(a.out) ? " (it is a folder; give a file name)" : ""));
     }
+    // Stopped by Ctrl-C or SIGTERM: what was measured is written, and the exit status says it was
+    // cut short, as train's does (130).
+    const int status = cancelFlag().load() ? 130 : 0;
     if (a.json) {
         std::cout << toJson(r);
-        return 0;
+        return status;
     }
     printTable(r, a.cfg);
     if (!a.out.empty())
-        std::cout << "report: " << a.out << "\n";
-    return 0;
+        std::cout << "report: " << chatbench::printable(a.out) << "\n";
+    return status;
 }
 
 } // namespace
