@@ -23,6 +23,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -313,6 +314,11 @@ void TestKeras::badFilesGiveErrors()
     writeBytes(stale.toStdString(), "left behind");
     expectError(dir + "missing.keras", "no such model file");
     QVERIFY(!QFile::exists(stale));
+    // A folder or a pipe named as the model (said "no such model file"; found by an outside pass).
+    QVERIFY(QDir().mkpath(QString::fromStdString(dir + "folder.keras")));
+    expectError(dir + "folder.keras", "is a folder");
+    QCOMPARE(::mkfifo((dir + "pipe.h5").c_str(), 0600), 0);
+    expectError(dir + "pipe.h5", "not a regular file");
     writeBytes(dir + "text.keras", "this is not a model\n");
     expectError(dir + "text.keras", "neither");
     expectError(dir + "missing.keras", "no such model file");

@@ -753,8 +753,15 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
 {
     H5::Exception::dontPrint();
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
+    if (path.empty())
+        throw Error("no model file given");
+    const fs::file_status st = fs::status(path, ec);
+    if (!fs::exists(st))
         throw Error(path, 0, "no such model file");
+    if (fs::is_directory(st))
+        throw Error(path, 0, "is a folder, not a model file (.keras or .h5)");
+    if (!fs::is_regular_file(st))
+        throw Error(path, 0, "is not a regular file (a pipe or a device?): give a .keras or .h5 model file");
     try {
         switch (sniff(path)) {
         case Container::Zip: {
