@@ -265,6 +265,22 @@ void TestCli::interactiveChat()
 
 void TestCli::badArguments()
 {
+    // Whole numbers are decimal: CLI11 read "010" as 8 and "0x10" as 16 (found by an outside pass).
+    for (const char* odd : { "0x10", "1e2", "12abc" }) {
+        const Run r = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("octal"), "--hidden", odd });
+        QVERIFY(r.code != 0);
+        QVERIFY2(r.err.contains("is not a whole number in decimal digits"), qPrintable(r.err));
+    }
+    const QString octal = m_dir.filePath("octal");
+    QCOMPARE(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", octal, "--epochs", "01", "--hidden",
+                     "010", "--quiet" })
+                 .code,
+        0);
+    QCOMPARE(QJsonDocument::fromJson(testutil::readFile(octal + "/config.json"))
+                 .object()["model"]
+                 .toObject()["hidden"]
+                 .toInt(),
+        10);
     QVERIFY(cli({ "train", "--epochs", "0" }).code != 0);
     QVERIFY(cli({ "train", "--preset", "huge" }).code != 0);
     QVERIFY(cli({ "chat", "--method", "psychic" }).code != 0);

@@ -139,6 +139,27 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
         ->capture_default_str();
 }
 
+void decimalWholeNumbers(CLI::App& app)
+{
+    const CLI::Validator decimal(
+        [](std::string& text) -> std::string {
+            const size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+            if (digits >= text.size() || text.find_first_not_of("0123456789", digits) != std::string::npos)
+                return "'" + chatbench::printable(text) + "' is not a whole number in decimal digits";
+            const size_t first = std::min(text.find_first_not_of('0', digits), text.size() - 1);
+            text.erase(digits, first - digits); // "007" → "7", "000" → "0": not octal
+            return {};
+        },
+        "");
+    for (CLI::Option* opt : app.get_options()) {
+        const std::string type = opt->get_type_name();
+        if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0)
+            opt->transform(decimal);
+    }
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        decimalWholeNumbers(*sub);
+}
+
 void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs)
 {
     namespace fs = std::filesystem;

@@ -40,6 +40,9 @@ CLI::IsMember oneOf(const std::vector<std::string>& names);
 CLI::Validator finiteIn(double lo, double hi);
 // A whole number in [0, 2^64 - 1] (CLI11 would clamp larger ones silently).
 CLI::Validator unsignedNumber();
+// Makes every whole-number option of `app` and its commands (by its type name, INT or UINT) read
+// decimal only: "010" is 10, "0x10" an error.
+void decimalWholeNumbers(CLI::App& app);
 
 // How a command loads its corpus: --format, --latin1, --pairing, --strict, --verbose.
 struct CorpusFlags {

@@ -27,6 +27,10 @@ int main(int argc, char** argv)
     cli::addImportKerasCommand(app, exitCode);
 #endif
 
+    // CLI11 reads whole numbers with strtoll's base 0: "010" would be 8 and "0x10" 16. Every
+    // whole-number option (of every command) takes decimal digits only, leading zeros dropped.
+    cli::decimalWholeNumbers(app);
+
     // A misspelt command: CLI11 would only say that one is required.
     if (argc > 1 && argv[1][0] != '-') {
         std::string names;
