@@ -282,6 +282,16 @@ void TestCli::badArguments()
                  .toInt(),
         10);
     QVERIFY(cli({ "train", "--epochs", "0" }).code != 0);
+    // Contradicting flags are refused (the last one used to win silently), and a corpus of
+    // punctuation only is pointed at the tokenizer that has words for it (found by an outside pass).
+    const Run both
+        = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("both"), "--attention", "--no-attention" });
+    QVERIFY(both.code != 0);
+    QVERIFY2(both.err.contains("excludes"), qPrintable(both.err));
+    const QString marks = QString::fromStdString(testutil::writeFile(m_dir, "marks.tsv", "!!!\t???\n...\t,,,\n"));
+    const Run punct = cli({ "train", "--preset", "quick", "--corpus", marks, "--run", m_dir.filePath("marks-run") });
+    QCOMPARE(punct.code, 1);
+    QVERIFY2(punct.err.contains("--tokenizer punct") && !punct.err.contains("lower it"), qPrintable(punct.err));
     QVERIFY(cli({ "train", "--preset", "huge" }).code != 0);
     QVERIFY(cli({ "chat", "--method", "psychic" }).code != 0);
     const Run dev = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu" });

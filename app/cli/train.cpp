@@ -170,8 +170,8 @@ void addTrainCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--hidden", a->hidden, "LSTM units");
     cmd->add_option("--layers", a->layers, "LSTM layers");
     cmd->add_option("--dropout", a->dropout, "Dropout")->check(finiteIn(0, 0.999));
-    cmd->add_flag("--attention", a->attention, "Luong attention");
-    cmd->add_flag("--no-attention", a->noAttention, "No attention");
+    auto* attention = cmd->add_flag("--attention", a->attention, "Luong attention");
+    cmd->add_flag("--no-attention", a->noAttention, "No attention")->excludes(attention);
     cmd->add_flag("--shared-embedding", a->sharedEmbedding, "One embedding for encoder and decoder");
     cmd->add_option("--max-source", a->maxSource, "Prompt words kept");
     cmd->add_option("--max-target", a->maxTarget, "Response tokens kept (with <start>/<end>)");

@@ -158,7 +158,11 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
         s.tok = Tokenizer::build(split.train, s.cfg.tokenizer);
         if (s.tok.size() <= 4) // <pad> <unk> <start> <end>: every reply would be <unk>
             throw Error("the vocabulary holds no words: no word of the training pairs is seen "
-                + std::to_string(s.cfg.tokenizer.minFrequency) + " times or more (min_frequency); lower it");
+                + std::to_string(s.cfg.tokenizer.minFrequency) + " times or more"
+                + (s.cfg.tokenizer.minFrequency > 1 ? std::string(" (min_frequency); lower it") : std::string())
+                + (s.cfg.tokenizer.mode != TokenizerMode::Punctuation
+                        ? "; a corpus of punctuation or symbols has words only with --tokenizer punct"
+                        : ""));
     }
     int64_t skipped = 0, skippedVal = 0;
     s.train = makeExamples(split.train, s.tok, s.cfg.model, &skipped);
