@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 using namespace chatbench;
@@ -555,6 +556,17 @@ void TestKeras::badTokenizers()
     filters["config"]["filters"] = "!";
     writeBytes(dir + "filters.json", filters.dump());
     expectError(dir + "filters.json", "filters");
+    // Settings of the wrong type or range were passed over as if unset (found by an outside pass).
+    for (const auto& [key, value, fragment] : std::vector<std::tuple<std::string, json, std::string>> {
+             { "lower", "yes", "config.lower must be true or false, not \"yes\"" },
+             { "num_words", -1, "config.num_words is -1" },
+             { "num_words", 2.5, "config.num_words must be a whole number" },
+             { "oov_token", 7, "config.oov_token must be a string" } }) {
+        json bad = t;
+        bad["config"][key] = value;
+        writeBytes(dir + "typed.json", bad.dump());
+        expectError(dir + "typed.json", fragment);
+    }
     writeBytes(dir + "broken.json", "{\"class_name\": \"Tokenizer\", \"config\": ");
     expectError(dir + "broken.json", "JSON");
     writeBytes(dir + "other.json", "{\"class_name\": \"TextVectorization\", \"config\": {}}");

@@ -981,6 +981,25 @@ KerasTokenizer readTokenizerJson(const std::string& path)
             return parseJson(v.get<std::string>(), path, std::string("config.") + key);
         return v;
     };
+    // Each setting absent, null (Keras' None) or of its type: "lower": "yes" or "num_words": -1
+    // would otherwise be passed over as if unset.
+    auto expect = [&](const char* key, bool (json::*is)() const noexcept, const char* what) {
+        const json v = field(key);
+        if (!v.is_null() && !(v.*is)())
+            throw Error(path, 0,
+                std::string("config.") + key + " must be " + what + ", not "
+                    + printable(v.dump(-1, ' ', false, json::error_handler_t::replace)).substr(0, 40));
+    };
+    expect("lower", &json::is_boolean, "true or false");
+    expect("char_level", &json::is_boolean, "true or false");
+    expect("split", &json::is_string, "a string");
+    expect("filters", &json::is_string, "a string");
+    expect("oov_token", &json::is_string, "a string");
+    expect("num_words", &json::is_number_integer, "a whole number");
+    if (field("num_words").is_number_integer() && field("num_words").get<int64_t>() < 0)
+        throw Error(path, 0,
+            "config.num_words is " + std::to_string(field("num_words").get<int64_t>())
+                + "; it must be 0 or more (or None)");
     if (field("lower").is_boolean() && !field("lower").get<bool>())
         throw Error(path, 0, "config.lower is false; chatbench's Keras tokenizer lowercases (lower=True)");
     if (field("char_level").is_boolean() && field("char_level").get<bool>())
