@@ -50,7 +50,7 @@ public:
 
     void probeDevices()
     {
-        guarded([&] { Q_EMIT devicesReady(listDevices()); },
+        guarded([&] { Q_EMIT devicesReady(listDevices(/*timeBf16=*/true)); },
             [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Devices); });
     }
 

@@ -125,7 +125,7 @@ PrecisionSupport probe(const torch::Device& device, Precision p)
             have += (have.empty() ? "" : ", ") + f;
         if (s.supported)
             s.reason = flags.empty() ? std::string("emulated, slower than fp32: ") + kBf16Cpus
-                                     : "in hardware (" + have + "); " + bf16GemmDescription() + bf16Speed();
+                                     : "in hardware (" + have + "); " + bf16GemmDescription();
         else
             s.reason += std::string(" — ") + kBf16Cpus + (flags.empty() ? "; this CPU has neither" : "");
     }
@@ -178,7 +178,7 @@ torch::Device parseDevice(const std::string& name)
     throw Error("unknown device '" + name + "' (use cpu, cuda or cuda:N)");
 }
 
-std::vector<DeviceInfo> listDevices()
+std::vector<DeviceInfo> listDevices(bool timeBf16)
 {
     static std::mutex mutex;
     static std::map<std::string, std::vector<PrecisionSupport>> cache;
@@ -201,6 +201,12 @@ std::vector<DeviceInfo> listDevices()
     cpu.memoryBytes = ramBytes();
     cpu.threads = torch::get_num_threads();
     cpu.precisions = probed("cpu", torch::Device(torch::kCPU));
+    if (timeBf16) {
+        static const std::string speed = cpuBf16Flags().empty() ? std::string() : bf16Speed();
+        for (auto& p : cpu.precisions)
+            if (p.precision == Precision::BF16 && p.supported)
+                p.reason += speed;
+    }
     out.push_back(cpu);
 
     const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;

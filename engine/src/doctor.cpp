@@ -114,7 +114,7 @@ DoctorReport runDoctor()
 {
     DoctorReport d;
     d.environment = environmentInfo();
-    d.devices = listDevices();
+    d.devices = listDevices(/*timeBf16=*/true);
 
     // The handoff checks on a tiny model trained for a few steps in a temporary run.
     const ScratchDir scratch;

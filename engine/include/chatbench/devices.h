@@ -28,8 +28,10 @@ struct DeviceInfo {
     std::vector<PrecisionSupport> precisions; // fp32, bf16, fp16
 };
 
-// CPU first, then each CUDA device. Precision support is probed once (a tiny LSTM step).
-std::vector<DeviceInfo> listDevices();
+// CPU first, then each CUDA device. Precision support is probed once (a tiny LSTM step). With
+// `timeBf16` (doctor, the window) the CPU's bf16 reason also says when its bf16 products are
+// slower than fp32 ones, timed once (~40 ms), which starting a run or a chat does not wait for.
+std::vector<DeviceInfo> listDevices(bool timeBf16 = false);
 
 struct ResolvedDevice {
     std::string device; // what will actually be used
