@@ -209,6 +209,21 @@ void TestExplain::whatIfErrors()
     } catch (const Error& e) {
         QVERIFY(std::string(e.what()).find("notaword") != std::string::npos);
     }
+    // The special words by name: padding and the start word are refused as such (not tokenised
+    // into the words "pad" and "start"); <unk> and <end> are words a reply can hold.
+    for (const char* special : { "<pad>", "<start>" }) {
+        ex.force = { { 0, special } };
+        try {
+            explain(*m_bot, "hello", {}, ex, nullptr);
+            QFAIL(qPrintable(QString("%1 was forced").arg(special)));
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("a reply never holds") != std::string::npos, e.what());
+        }
+    }
+    ex.force = { { 0, "<unk>" } };
+    const Explanation unk = explain(*m_bot, "hello", {}, ex, nullptr);
+    QCOMPARE(unk.branches.size(), size_t(1));
+    QCOMPARE(unk.branches[0].forcedId, Tokenizer::kUnk);
 }
 
 void TestExplain::beamTreeMatchesTheFastPath()

@@ -114,8 +114,16 @@ std::vector<int64_t> forcedPrefix(const Reply& original, int step, int64_t token
 
 int64_t tokenToForce(const Tokenizer& tok, const std::string& word)
 {
+    // The special words by their names: <end> and <unk> are words a reply can hold; padding and
+    // the start word are not (without this, "<start>" would be tokenised into the word "start").
     if (word == tok.word(Tokenizer::kEnd))
         return Tokenizer::kEnd;
+    if (word == tok.word(Tokenizer::kUnk))
+        return Tokenizer::kUnk;
+    if (word == tok.word(Tokenizer::kPad) || word == tok.word(Tokenizer::kStart))
+        throw Error("cannot force \"" + word + "\": a reply never holds "
+            + (word == tok.word(Tokenizer::kPad) ? "padding" : "the decoder's start word") + " ("
+            + tok.word(Tokenizer::kEnd) + " and " + tok.word(Tokenizer::kUnk) + " can be forced)");
     const Encoded e = tok.encode(word);
     if (e.ids.size() != 1 || !e.unknown.empty() || e.ids[0] == Tokenizer::kUnk)
         throw Error("cannot force \"" + word + "\": it is not one word of the model's vocabulary");

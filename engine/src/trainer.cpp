@@ -137,6 +137,25 @@ std::string mathNote(const Stepper& s, const TrainConfig& cfg)
     return s.device.is_cuda() && s.precision == Precision::FP32 && cfg.tf32 ? " (TF32 maths)" : "";
 }
 
+constexpr int64_t kLargeVocabulary = 30000;
+
+// A vocabulary that outweighs the rest of the model by far (a corpus of mostly one-off words):
+// said once at the start, with the size it costs, since the run may still be what was wanted.
+std::string largeVocabularyNote(const TrainConfig& cfg)
+{
+    const ModelConfig& m = cfg.model;
+    const int64_t all = parameterCount(m);
+    const int64_t perWord = m.embedDim * (m.sharedEmbedding ? 1 : 2) + m.hidden + 1; // embeddings, projection
+    const int64_t vocab = perWord * m.vocabSize;
+    if (m.vocabSize < kLargeVocabulary || all <= 0 || 4 * vocab < 3 * all)
+        return {};
+    std::ostringstream o;
+    o << "the vocabulary of " << m.vocabSize << " words holds " << std::lround(100.0 * vocab / all)
+      << "% of the model's " << all << " parameters (about " << std::fixed << std::setprecision(2) << 16.0 * all / 1e9
+      << " GB to train, and every step scores every word): --max-vocab N keeps the N most frequent words";
+    return o.str();
+}
+
 void log(const TrainCallbacks& cb, const std::string& msg)
 {
     if (cb.onLog)
@@ -398,6 +417,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
             + std::to_string(s.validation.size()) + " validation pairs, device "
             + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision)
             + mathNote(s.step, s.cfg));
+    if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
+        log(cb, big);
     saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     return loop(s, cb);
 }
