@@ -658,6 +658,15 @@ void TestCli::importKeras()
     QCOMPARE(word.code, 1);
     QVERIFY2(word.err.contains("'sos'"), qPrintable(word.err));
     QVERIFY(!QDir(m_dir.filePath("never-keras")).exists());
+    // A mistyped model is named before the diagnosis corpus is read (found by an outside pass: a
+    // bad corpus was reported first, and a large one loaded for nothing).
+    const Run typo
+        = cli({ "import-keras", fixtures + "stacked.kerass", "--tokenizer", fixtures + "stacked_tokenizer.json",
+            "--out", m_dir.filePath("never-keras"), "--corpus", m_dir.filePath("no-such-corpus.yml") });
+    QCOMPARE(typo.code, 1);
+    QVERIFY2(typo.err.contains("stacked.kerass") && typo.err.contains("no such model file")
+            && !typo.err.contains("no-such-corpus"),
+        qPrintable(typo.err));
     // Benchmarked at its sizes, and fine-tuned on a corpus.
     const Run b = cli({ "bench", "--run", run, "--corpus", m_corpus, "--batch", "2", "--repeats", "1", "--warmup", "0",
         "--no-epoch", "--out", "" });

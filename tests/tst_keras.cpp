@@ -518,6 +518,20 @@ void TestKeras::unsupportedModelsAreNamed()
     json dangling = config;
     layerNamed(dangling, "decoder_dense")["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0] = "nowhere";
     expectError(dangling, "dangling", { "'nowhere'" });
+    // A tensor of the wrong output: the softmax reading the decoder's state_h, an index past a
+    // layer's outputs (both were imported without a word, found by an outside pass).
+    auto historyOf = [](json& cfg, const char* layer) -> json& {
+        return layerNamed(cfg, layer)["inbound_nodes"][0]["args"][0]["config"]["keras_history"];
+    };
+    json denseOnState = config;
+    historyOf(denseOnState, "decoder_dense")[2] = 1;
+    expectError(denseOnState, "dense-on-state", { "'decoder_dense'", "reads the state_h of 'decoder_lstm'" });
+    json pastOutputs = config;
+    historyOf(pastOutputs, "decoder_dense")[2] = 7;
+    expectError(pastOutputs, "past-outputs", { "'decoder_dense'", "reads output 7 of 'decoder_lstm'", "3 outputs" });
+    json pastEmbedding = config;
+    historyOf(pastEmbedding, "encoder_lstm")[2] = 2;
+    expectError(pastEmbedding, "past-embedding", { "'encoder_lstm'", "reads output 2", "one output (0)" });
     // Configs of models Keras itself built (TensorFlow 2.21; unsupported/*.config.json): the
     // error names the layer that makes each unsupported, not only a neighbour of it.
     const std::string made = kFixtures + "unsupported/";

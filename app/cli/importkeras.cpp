@@ -37,6 +37,7 @@ int run(const ImportArgs& a)
     opt.maxSourceLength = a.maxSource;
     opt.maxTargetLength = a.maxTarget;
     if (a.prompts > 0) {
+        checkKerasInputFiles(opt); // a mistyped model is said before a corpus is loaded for nothing
         const std::string path = a.corpus.empty() ? defaultCorpusPath() : a.corpus;
         opt.prompts = samplePrompts(loadCorpusArg(path, a.corpusFlags).pairs, a.prompts);
         std::cout << "diagnosis prompts: " << opt.prompts.size() << " from " << path << "\n";

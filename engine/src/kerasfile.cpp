@@ -482,7 +482,19 @@ public:
         }
         return *cur;
     }
-    int mainTensor(const Layer& l) const { return l.inputs.empty() ? 0 : l.inputs.front().tensor; }
+    // Which output of mainInput(l) it reads (0: the sequence; an LSTM with return_state also has
+    // 1 and 2, its state_h and state_c), looking through Dropout layers as mainInput does.
+    int mainTensor(const Layer& l) const
+    {
+        const Layer* cur = &l;
+        for (int hops = 0; !cur->inputs.empty() && hops <= 16; ++hops) {
+            const Layer& below = layer(cur->inputs.front().layer);
+            if (below.type != "Dropout" && below.type != "SpatialDropout1D")
+                return cur->inputs.front().tensor;
+            cur = &below;
+        }
+        return 0;
+    }
 
 private:
     std::string m_file;
@@ -496,6 +508,22 @@ const std::string kSupported = "chatbench imports the recipe: Embedding → LSTM
 [[noreturn]] void unsupported(const std::string& file, const Layer& l, const std::string& why)
 {
     throw Error(file, 0, "layer '" + l.name + "' (" + l.type + ") " + why + "; " + kSupported);
+}
+
+// `l` reads the sequence (output 0) of the layer below it, `below`: not an LSTM's state, nor an
+// output the layer does not have.
+void requireSequence(const std::string& file, const Layer& l, const Layer& below, int tensor)
+{
+    if (tensor == 0)
+        return;
+    const bool states = below.type == "LSTM" && below.config.value("return_state", false) == true;
+    if (states && (tensor == 1 || tensor == 2))
+        unsupported(file, l,
+            std::string("reads the ") + (tensor == 1 ? "state_h" : "state_c") + " of '" + below.name
+                + "' instead of its sequence");
+    unsupported(file, l,
+        "reads output " + std::to_string(tensor) + " of '" + below.name + "' (" + below.type + "), which has "
+            + (states ? "3 outputs (0-2)" : "one output (0)"));
 }
 
 int64_t positive(const std::string& file, const Layer& l, const char* key)
@@ -599,6 +627,7 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
     // Down the decoder: LSTMs, each started from an encoder LSTM's (h, c).
     std::vector<const Layer*> dec, enc;
     const Layer* cur = &g.mainInput(out, notes);
+    requireSequence(file, out, *cur, g.mainTensor(out));
     while (cur->type == "LSTM") {
         checkLstm(file, *cur);
         if (cur->states.size() != 2 || cur->states[0].layer != cur->states[1].layer || cur->states[0].tensor != 1
@@ -631,8 +660,7 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
         if (dec.size() > 16)
             throw Error(file, 0, "more than 16 stacked LSTM layers");
         const Layer& below = g.mainInput(*cur, notes);
-        if (below.type == "LSTM" && g.mainTensor(*cur) != 0)
-            unsupported(file, *cur, "reads a state of the layer below instead of its sequence");
+        requireSequence(file, *cur, below, g.mainTensor(*cur));
         cur = &below;
     }
     if (dec.empty()) {
@@ -645,16 +673,21 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
     }
     checkEmbedding(file, *cur);
     const Layer& decEmb = *cur;
-    if (g.mainInput(decEmb, notes).type != "InputLayer")
+    const Layer& decInput = g.mainInput(decEmb, notes);
+    if (decInput.type != "InputLayer")
         unsupported(file, decEmb, "does not read a model input");
+    requireSequence(file, decEmb, decInput, g.mainTensor(decEmb));
 
     // Up the encoder: each LSTM reads the sequence of the one below; the bottom one an Embedding.
     for (size_t i = 0; i < enc.size(); ++i) {
         const Layer& below = g.mainInput(*enc[i], notes);
+        requireSequence(file, *enc[i], below, g.mainTensor(*enc[i]));
         if (i == 0) {
             checkEmbedding(file, below);
-            if (g.mainInput(below, notes).type != "InputLayer")
+            const Layer& encInput = g.mainInput(below, notes);
+            if (encInput.type != "InputLayer")
                 unsupported(file, below, "does not read a model input");
+            requireSequence(file, below, encInput, g.mainTensor(below));
             m.encoderMask = below.config.value("mask_zero", false);
             m.sharedEmbedding = below.name == decEmb.name;
             // The encoder's Embedding layer; read below.
@@ -749,9 +782,8 @@ std::string kerasVersion(const ZipArchive& zip, const std::string& path)
     }
 }
 
-KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
+void requireModelFile(const std::string& path)
 {
-    H5::Exception::dontPrint();
     std::error_code ec;
     if (path.empty())
         throw Error("no model file given");
@@ -762,6 +794,12 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
         throw Error(path, 0, "is a folder, not a model file (.keras or .h5)");
     if (!fs::is_regular_file(st))
         throw Error(path, 0, "is not a regular file (a pipe or a device?): give a .keras or .h5 model file");
+}
+
+KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
+{
+    H5::Exception::dontPrint();
+    requireModelFile(path);
     try {
         switch (sniff(path)) {
         case Container::Zip: {

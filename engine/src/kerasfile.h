@@ -56,6 +56,8 @@ struct KerasSeq2Seq {
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits = {});
 // The same in this process (what the child runs; the fuzz harness calls it directly).
 KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path);
+// `path` names a regular file (the checks readKerasSeq2Seq starts with), or an Error.
+void requireModelFile(const std::string& path);
 
 // What `tokenizer.to_json()` holds that decides how text becomes ids.
 struct KerasTokenizer {

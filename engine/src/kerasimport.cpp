@@ -79,6 +79,12 @@ int64_t kerasId(const KerasTokenizer& t, const std::string& word, int64_t limit,
 
 } // namespace
 
+void checkKerasInputFiles(const KerasImportOptions& opt)
+{
+    requireModelFile(opt.model);
+    (void)readKerasTokenizer(opt.tokenizer); // small: read whole, for every error it can have
+}
+
 KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir)
 {
     if (runDir.empty())

@@ -49,6 +49,10 @@ KerasImport importKeras(const KerasImportOptions& options, const std::string& ru
 
 std::string describe(const KerasImport& r);
 
+// The model and tokenizer paths name regular files, or the Error importKeras would give: for a
+// caller with slower work to do first (loading the diagnosis corpus).
+void checkKerasInputFiles(const KerasImportOptions& options);
+
 // Up to `n` different prompts spread evenly over `pairs` (for the diagnosis).
 std::vector<std::string> samplePrompts(const std::vector<Pair>& pairs, int n);
 
