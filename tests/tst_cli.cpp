@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -64,6 +65,9 @@ private Q_SLOTS:
     void corruptRunFilesAndTwoWriters();
     void outputsNeverOverwriteInputsOrRuns();
     void aVocabularyOfOneOffWordsIsPointedAtMaxVocab();
+    void runFilesAreNeverWrittenThroughLinksNorReplaced();
+    void outputsGoThroughLinksAndNeverIntoPipes();
+    void oversizedInputsAreRefusedByName();
     void doctor();
     void bench();
     void importKeras();
@@ -549,6 +553,111 @@ void TestCli::aVocabularyOfOneOffWordsIsPointedAtMaxVocab()
         QStringList { "train", "--corpus", corpus, "--run", m_dir.filePath("capped"), "--max-vocab", "1000" } + small);
     QCOMPARE(capped.code, 0);
     QVERIFY2(!capped.out.contains("--max-vocab"), qPrintable(capped.out));
+}
+
+// Found by an outside pass: a `.lock` link made train write its process id into the link's target
+// (any file, as root), and a folder keeping only a run's best weights was trained over.
+void TestCli::runFilesAreNeverWrittenThroughLinksNorReplaced()
+{
+    const auto read = testutil::readFile;
+    const QStringList tiny
+        = { "--preset", "quick", "--corpus", m_corpus, "--epochs", "1", "--hidden", "8", "--embed", "8" };
+    const QString victim = QString::fromStdString(testutil::writeFile(m_dir, "links/victim.txt", "precious\n"));
+    QVERIFY(QDir().mkpath(m_dir.filePath("links/run")));
+    QVERIFY(QFile::link(victim, m_dir.filePath("links/run/.lock")));
+    const Run linked = cli(QStringList { "train", "--run", m_dir.filePath("links/run") } + tiny);
+    QCOMPARE(linked.code, 1);
+    QVERIFY2(linked.err.contains(".lock: is a symbolic link"), qPrintable(linked.err));
+    QCOMPARE(read(victim), QByteArray("precious\n"));
+    QVERIFY(QDir().mkpath(m_dir.filePath("links/hard")));
+    QCOMPARE(::link(victim.toLocal8Bit().constData(), m_dir.filePath("links/hard/.lock").toLocal8Bit().constData()), 0);
+    const Run hard = cli(QStringList { "train", "--run", m_dir.filePath("links/hard") } + tiny);
+    QCOMPARE(hard.code, 1);
+    QVERIFY2(hard.err.contains("has other names (a hard link)"), qPrintable(hard.err));
+    QCOMPARE(read(victim), QByteArray("precious\n"));
+
+    // Only the best weights kept: they chat, and a new train there is refused, not run over them.
+    const QString run = m_dir.filePath("links/best");
+    QCOMPARE(cli(QStringList { "train", "--run", run } + tiny).code, 0);
+    for (const QFileInfo& f : QDir(run).entryInfoList({ "ckpt-*", "state.json" }, QDir::Files))
+        QVERIFY(QFile::remove(f.filePath()));
+    const QStringList best = QDir(run).entryList({ "best-*.pt" });
+    QCOMPARE(best.size(), 1);
+    QCOMPARE(cli({ "chat", "--run", run, "--once", "good morning", "--weights", "best" }).code, 0);
+    const QByteArray weights = read(run + "/" + best[0]);
+    const Run again = cli(QStringList { "train", "--run", run } + tiny);
+    QCOMPARE(again.code, 1);
+    QVERIFY2(again.err.contains("holds a trained run's files"), qPrintable(again.err));
+    QCOMPARE(read(run + "/" + best[0]), weights);
+}
+
+// Found by an outside pass: `bench --out FIFO` blocked for good, `bench --out` on a full disk left
+// half a report in place of the old one, and `corpus export --out LINK` replaced the link by a file.
+void TestCli::outputsGoThroughLinksAndNeverIntoPipes()
+{
+    const auto read = testutil::readFile;
+    const QString real = QString::fromStdString(testutil::writeFile(m_dir, "outlinks/real/out.tsv", "old\n"));
+    const QString link = m_dir.filePath("outlinks/link.tsv");
+    QVERIFY(QFile::link(real, link));
+    const Run exported = cli({ "corpus", "export", m_corpus, "--out", link });
+    QVERIFY2(exported.code == 0, qPrintable(exported.err));
+    QVERIFY(QFileInfo(link).isSymLink());
+    QVERIFY(read(real).startsWith("# prompt<TAB>response\n"));
+    QVERIFY(read(real).contains("good morning\tmorning to you too"));
+
+    const QString fifo = m_dir.filePath("outlinks/out.json");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    const QStringList quick = { "--corpus", m_corpus, "--preset", "quick", "--batch", "2", "--repeats", "1", "--warmup",
+        "0", "--no-epoch" };
+    const Run bench = cli(QStringList { "bench", "--out", fifo } + quick, {}, 60000);
+    QCOMPARE(bench.code, 1);
+    QVERIFY2(bench.err.contains("is not a regular file") && !bench.out.contains("train_step"), qPrintable(bench.err));
+    const Run toFifo = cli({ "corpus", "export", m_corpus, "--out", fifo }, {}, 60000);
+    QCOMPARE(toFifo.code, 1);
+    QVERIFY(QFileInfo(fifo).exists() && !QFileInfo(fifo).isFile()); // still the pipe
+    const Run noFolder = cli(QStringList { "bench", "--out", m_dir.filePath("outlinks/none/r.json") } + quick);
+    QCOMPARE(noFolder.code, 1);
+    QVERIFY2(noFolder.err.contains("does not exist"), qPrintable(noFolder.err));
+
+    // The report is written whole through a temporary file: the old one stays until the new is
+    // complete, and no temporary file is left.
+    const QString report = QString::fromStdString(testutil::writeFile(m_dir, "outlinks/r.json", "{\"old\": 1}"));
+    QCOMPARE(cli(QStringList { "bench", "--out", report } + quick).code, 0);
+    QVERIFY(QJsonDocument::fromJson(read(report)).isObject() && !read(report).contains("\"old\""));
+    QCOMPARE(QDir(m_dir.filePath("outlinks")).entryList({ ".*tmp-*" }, QDir::Files | QDir::Hidden).size(), 0);
+}
+
+// Found by an outside pass: a 3 GB state.json, config.json or Keras tokenizer was read whole and
+// ended in "std::bad_alloc" (naming no file), and a line of stdin without a newline grew one
+// string until memory ran out, then chat exited 0 without a word.
+void TestCli::oversizedInputsAreRefusedByName()
+{
+    const QString run = m_dir.filePath("huge/run");
+    QCOMPARE(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", run, "--epochs", "1", "--hidden", "8",
+                     "--embed", "8" })
+                 .code,
+        0);
+    QByteArray endless(5 << 20, 'a'); // 5 MiB and no newline
+    const Run chat = cli({ "chat", "--run", run }, "good morning\n" + endless);
+    QCOMPARE(chat.code, 1);
+    QVERIFY2(
+        chat.err.contains("standard input:2: a line of more than 4 MiB is not a chat message"), qPrintable(chat.err));
+    QVERIFY(!chat.out.isEmpty()); // the first line was answered
+    auto grow = [](const QString& path) { // sparse: 300 MiB of zeros that take no disk
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadWrite) && f.resize(qint64(300) << 20));
+    };
+    grow(run + "/state.json"); // stands in for by the newest checkpoint's state, as a damaged one is
+    const Run state = cli({ "chat", "--run", run, "--once", "good morning" });
+    QVERIFY2(state.code == 0, qPrintable(state.err));
+    QVERIFY2(state.out.contains("using ckpt-") || state.err.contains("using ckpt-"), qPrintable(state.out + state.err));
+    grow(run + "/config.json");
+    const Run config = cli({ "chat", "--run", run, "--once", "good morning" });
+    QCOMPARE(config.code, 1);
+    QVERIFY2(config.err.contains("config.json")
+            && config.err.contains("the file is 300 MiB, more than the limit of 256 MiB")
+            && !config.err.contains("bad_alloc"),
+        qPrintable(config.err));
 }
 
 void TestCli::doctor()

@@ -196,6 +196,7 @@ private Q_SLOTS:
     void aModelTooLargeForMemoryIsRefused();
     void outOfMemoryBacksOffToSmallerPasses();
     void outOfMemoryAtOnePairIsAnError();
+    void cpuAllocationFailureBacksOffAndIsInWords();
     void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
     void stepSeedTouchesOnlyTheCpuGenerator();
@@ -1084,6 +1085,48 @@ void TestModel::outOfMemoryBacksOffToSmallerPasses()
     passes.clear();
     trainStep(s, batch);
     QCOMPARE(passes, (std::vector<int64_t> { 2, 2, 2, 1 }));
+}
+
+void TestModel::cpuAllocationFailureBacksOffAndIsInWords()
+{
+    // The CPU allocator's own refusal (a real one: 16 TB), as an address-space or cgroup limit
+    // gives it: the same back-off as CUDA's out of memory, and at the floor an error in words, not
+    // LibTorch's "[enforce fail at alloc_cpu.cpp…]" (found by an outside pass under ulimit -v).
+    auto refuse = [] { (void)torch::empty({ int64_t(1) << 42 }, torch::kFloat32); };
+    std::string raw;
+    try {
+        refuse();
+        QSKIP("this machine allocated 16 TB");
+    } catch (const c10::Error& e) {
+        raw = e.what();
+    }
+    QVERIFY2(raw.find("can't allocate memory") != std::string::npos, raw.c_str());
+    QCOMPARE(chatbench::inWords(raw),
+        std::string("out of memory: the CPU allocator could not get 17592.19 GB for one tensor"));
+    QCOMPARE(chatbench::inWords("first\nsecond"), std::string("first"));
+
+    const Batch batch = collate(variedExamples(7), range(0, 7), torch::kCPU);
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    std::vector<int64_t> passes;
+    s.beforePass = [&](int64_t rows) {
+        passes.push_back(rows);
+        if (rows > 2)
+            refuse();
+    };
+    QVERIFY(trainStep(s, batch).applied);
+    QCOMPARE(passes, (std::vector<int64_t> { 7, 4, 2, 2, 2, 1 }));
+    s.beforePass = [&](int64_t) { refuse(); };
+    try {
+        trainStep(s, batch);
+        QFAIL("no error at the floor");
+    } catch (const chatbench::Error& e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find("out of memory on cpu with one pair per pass (out of memory: the CPU allocator could not "
+                           "get 17592.19 GB")
+                    != std::string::npos
+                && what.find("enforce fail") == std::string::npos,
+            e.what());
+    }
 }
 
 void TestModel::outOfMemoryAtOnePairIsAnError()

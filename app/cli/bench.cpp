@@ -3,6 +3,7 @@
 
 #include "chatbench/bench.h"
 #include "chatbench/error.h"
+#include "chatbench/outputfile.h"
 #include "chatbench/runs.h"
 #include "common.h"
 
@@ -111,17 +112,7 @@ int run(BenchArgs a)
     if (tty)
         std::cerr << "\r\033[K";
     if (!a.out.empty()) {
-        std::ofstream f(a.out);
-        int err = f ? 0 : errno; // the reason the open failed, before anything else sets errno
-        if (f) {
-            f << toJson(r);
-            f.close();
-            err = f ? 0 : errno;
-        }
-        if (!f)
-            throw Error(a.out, 0,
-                std::string("cannot write the report") + (err ? std::string(": ") + std::strerror(err) : std::string())
-                    + (std::filesystem::is_directory(a.out) ? " (it is a folder; give a file name)" : ""));
+        writeOutputFile(a.out, toJson(r));
     }
     // Stopped by Ctrl-C or SIGTERM: what was measured is written, and the exit status says it was
     // cut short, as train's does (130).

@@ -162,6 +162,26 @@ void printReply(const Reply& r, const ChatArgs& a)
         std::cout << "  checks: " << describe(r.trace.checks) << std::endl;
 }
 
+// The longest line read as one message (a chat message is words; a file of no newlines is not).
+constexpr size_t kMaxMessageBytes = size_t(4) << 20;
+
+enum class LineRead { Line, End, TooLong };
+
+// std::getline with a limit: a line past `max` bytes is not read on (stdin from /dev/zero or a
+// binary file would otherwise grow one string until memory runs out).
+LineRead readLine(std::istream& in, std::string& line, size_t max)
+{
+    line.clear();
+    for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+        if (c == '\n')
+            return LineRead::Line;
+        if (line.size() == max)
+            return LineRead::TooLong;
+        line.push_back(static_cast<char>(c));
+    }
+    return line.empty() ? LineRead::End : LineRead::Line;
+}
+
 int run(const ChatArgs& a)
 {
     const Chatbot bot
@@ -208,11 +228,17 @@ int run(const ChatArgs& a)
                   << "); empty line or Ctrl-D to quit" << std::endl;
     std::string line;
     bool failed = false; // a question that got an error instead of a reply: exit status 1
-    while (true) {
+    for (int64_t lineNo = 1;; ++lineNo) {
         if (tty)
             std::cout << "you> " << std::flush;
-        if (!std::getline(std::cin, line))
+        const LineRead got = readLine(std::cin, line, kMaxMessageBytes);
+        if (got == LineRead::End)
             break;
+        if (got == LineRead::TooLong) {
+            std::cerr << "error: standard input:" << lineNo << ": a line of more than " << (kMaxMessageBytes >> 20)
+                      << " MiB is not a chat message; stopped reading" << std::endl;
+            return 1;
+        }
         if (!line.empty() && line.back() == '\r') // a line from a CRLF file or terminal
             line.pop_back();
         if (tty && line.empty())

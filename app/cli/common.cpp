@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include "chatbench/error.h"
+#include "chatbench/outputfile.h"
 #include "chatbench/runs.h"
 
 #include <algorithm>
@@ -163,6 +164,7 @@ void decimalWholeNumbers(CLI::App& app)
 void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs)
 {
     namespace fs = std::filesystem;
+    chatbench::checkOutputPath(out); // a pipe, device or folder: said before any work
     std::error_code ec;
     const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
     if (ec)

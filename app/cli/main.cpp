@@ -56,8 +56,10 @@ int main(int argc, char** argv)
     } catch (const std::exception& e) {
         // Not an error the engine put in words (a library's): its first line, without LibTorch's
         // stack trace.
-        const std::string what = e.what();
-        std::cerr << "error: " << what.substr(0, what.find('\n')) << "\n";
+        const std::string what = chatbench::inWords(e.what());
+        std::cerr << "error: " << what
+                  << (what.rfind("out of memory", 0) == 0 ? ": lower --batch-size, --hidden, --embed or --layers" : "")
+                  << "\n";
         return 2;
     }
     return exitCode;

@@ -1,6 +1,7 @@
 #include "atomicfile.h"
 
 #include "chatbench/error.h"
+#include "chatbench/outputfile.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -20,7 +21,9 @@ std::string tempNameFor(const std::string& path)
 {
     std::random_device rd;
     const fs::path p(path);
-    return (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(rd()))).string();
+    // Short enough for any name the folder takes (255 bytes): a long name is cut in its temporary one.
+    const std::string name = p.filename().string();
+    return (p.parent_path() / ("." + name.substr(0, 200) + ".tmp-" + std::to_string(rd()))).string();
 }
 
 void syncFile(const std::string& path)
@@ -32,7 +35,52 @@ void syncFile(const std::string& path)
     }
 }
 
+// The file a user's output path names: through symbolic links (at most 40, as the kernel allows).
+fs::path resolveOutput(const std::string& path)
+{
+    fs::path p(path);
+    std::error_code ec;
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+        if (hops == 40)
+            throw Error(path, 0, "too many levels of symbolic links");
+        const fs::path to = fs::read_symlink(p, ec);
+        if (ec)
+            throw Error(path, 0, "cannot read the link: " + ec.message());
+        p = to.is_absolute() ? to : p.parent_path() / to;
+    }
+    const fs::file_status st = fs::status(p, ec);
+    if (fs::is_directory(st))
+        throw Error(path, 0, "is a folder; give a file name");
+    if (fs::exists(st) && !fs::is_regular_file(st))
+        throw Error(path, 0,
+            std::string("is not a regular file (a pipe, device or socket")
+                + (p.string() != path ? ", through its link" : "") + "); outputs are written to files");
+    const fs::path folder = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (!fs::is_directory(folder, ec))
+        throw Error(path, 0, "its folder " + printable(folder.string()) + " does not exist");
+    return p;
+}
+
 } // namespace
+
+void checkOutputPath(const std::string& path)
+{
+    (void)resolveOutput(path);
+}
+
+void writeOutputFile(const std::string& path, const std::string& contents)
+{
+    if (path.empty())
+        throw Error("no output file given (the path is empty)");
+    const fs::path target = resolveOutput(path);
+    try {
+        writeFileAtomic(target.string(), contents);
+    } catch (const Error& e) {
+        if (target.string() == path)
+            throw;
+        throw Error(path, 0, std::string("through its link to ") + printable(target.string()) + ": " + e.what());
+    }
+}
 
 void writeFileAtomic(const std::string& path, const std::function<void(const std::string&)>& write)
 {

@@ -519,7 +519,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
                 // that combination only: its rows so far stay, the rest of the report is measured.
                 const std::string who = c.dev.str() + " " + benchPrecisionName(c.precision)
                     + (c.dev.is_cpu() ? " " + std::to_string(threads) + " thread(s)" : "");
-                report.notes.push_back(who + ": skipped after an error: " + firstLine(e.what()));
+                report.notes.push_back(who + ": skipped after an error: " + inWords(e.what()));
                 bench.done = doneBefore + perCombo + (Bench::tracesFast(c.dev, c.precision, bench.train.model) ? 1 : 0);
                 releaseCachedMemory(c.dev);
             }
@@ -533,7 +533,7 @@ BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCa
             bench.race(corpus, dev, prec, 0); // training sets its own maths mode (TrainConfig::tf32)
         } catch (const std::exception& e) {
             report.notes.push_back(
-                "race " + dev + " " + benchPrecisionName(prec) + ": skipped after an error: " + firstLine(e.what()));
+                "race " + dev + " " + benchPrecisionName(prec) + ": skipped after an error: " + inWords(e.what()));
             ++bench.done;
             releaseCachedMemory(parseDevice(dev));
         }

@@ -2,6 +2,7 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "chatbench/outputfile.h"
 #include "text.h"
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,10 @@
 namespace fs = std::filesystem;
 
 namespace chatbench {
+
+namespace {
+constexpr const char* kRaiseCorpusLimit = "--max-corpus-mb raises the limit";
+}
 
 namespace {
 
@@ -181,7 +186,8 @@ void checkYamlDocumentsAdvance(const std::string& file, const std::string& text)
 
 void loadYamlFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
+    const std::string text
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
     if (text::trim(text).empty())
         throw Error(file, 0, "file is empty");
     std::string stray;
@@ -255,7 +261,8 @@ void loadYamlFile(Loader& L, const std::string& file)
 
 void loadTsvFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
+    const std::string text
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
@@ -333,7 +340,8 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
 void loadJsonlFile(Loader& L, const std::string& file)
 {
     using nlohmann::json;
-    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
+    const std::string text
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
@@ -365,7 +373,8 @@ void loadJsonlFile(Loader& L, const std::string& file)
 
 void loadDialogFile(Loader& L, const std::string& file)
 {
-    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes), L.opt.latin1);
+    const std::string text
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
     std::vector<std::pair<std::string, long>> turns;
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
@@ -406,7 +415,8 @@ void loadCornell(Loader& L, const fs::path& dir)
     const std::string convFile = (dir / "movie_conversations.txt").string();
     std::map<std::string, std::pair<std::string, long>> lines;
     {
-        const std::string text = text::normalise(linesFile, text::readFile(linesFile, L.opt.maxTextBytes), true);
+        const std::string text
+            = text::normalise(linesFile, text::readFile(linesFile, L.opt.maxTextBytes, kRaiseCorpusLimit), true);
         long n = 0;
         for (std::string_view l : text::splitLines(text)) {
             ++n;
@@ -425,7 +435,8 @@ void loadCornell(Loader& L, const fs::path& dir)
             });
         }
     }
-    const std::string text = text::normalise(convFile, text::readFile(convFile, L.opt.maxTextBytes), true);
+    const std::string text
+        = text::normalise(convFile, text::readFile(convFile, L.opt.maxTextBytes, kRaiseCorpusLimit), true);
     long n = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++n;
@@ -702,7 +713,7 @@ void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
         const std::string prompt = tsvColumn(p.prompt);
         out += (prompt.empty() || prompt.front() != '#' ? "" : " ") + prompt + '\t' + tsvColumn(p.response) + '\n';
     }
-    writeFileAtomic(path, out);
+    writeOutputFile(path, out);
 }
 
 Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed)

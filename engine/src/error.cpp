@@ -1,5 +1,8 @@
 #include "chatbench/error.h"
 
+#include <cstdlib>
+#include <sstream>
+
 namespace chatbench {
 
 namespace {
@@ -25,6 +28,24 @@ Error::Error(const std::string& file, long line, const std::string& message)
     , m_line(line)
     , m_message(message)
 {
+}
+
+std::string inWords(const std::string& what)
+{
+    if (what.find("can't allocate memory") == std::string::npos)
+        return what.substr(0, what.find('\n'));
+    // "[enforce fail at alloc_cpu.cpp:…] … DefaultCPUAllocator: can't allocate memory: you tried
+    // to allocate 5368709120 bytes. Error code 12 …"
+    const std::string key = "tried to allocate ";
+    const size_t at = what.find(key);
+    if (at == std::string::npos)
+        return "out of memory (the CPU allocator refused a tensor)";
+    const double bytes = std::strtod(what.c_str() + at + key.size(), nullptr);
+    std::ostringstream o;
+    o.setf(std::ios::fixed);
+    o.precision(2);
+    o << "out of memory: the CPU allocator could not get " << bytes / 1e9 << " GB for one tensor";
+    return o.str();
 }
 
 } // namespace chatbench

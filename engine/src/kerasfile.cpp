@@ -1000,7 +1000,7 @@ namespace {
 
 KerasTokenizer readTokenizerJson(const std::string& path)
 {
-    const std::string bytes = text::readFile(path);
+    const std::string bytes = text::readFile(path, text::kMaxJsonFileBytes);
     json root = parseJson(bytes, path, "the tokenizer file");
     if (root.is_string()) // to_json() written with json.dump: a JSON string holding the JSON
         root = parseJson(root.get<std::string>(), path, "the tokenizer file");

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -180,7 +181,11 @@ RunState loadState(const std::string& runDir, std::string* note)
         } catch (const Error& e) {
             failed = e;
             std::error_code ec;
-            edited = fs::is_regular_file(path, ec) && nlohmann::json::accept(text::readFile(path));
+            try {
+                edited = fs::is_regular_file(path, ec)
+                    && nlohmann::json::accept(text::readFile(path, text::kMaxJsonFileBytes));
+            } catch (const Error&) { // too large to be one a run wrote
+            }
         }
     }
     // state.json lost or damaged (a crash can leave it empty): each checkpoint has its state beside
@@ -212,7 +217,7 @@ RunState loadState(const std::string& runDir, std::string* note)
 
 RunState loadStateFile(const std::string& path)
 {
-    const std::string bytes = text::readFile(path);
+    const std::string bytes = text::readFile(path, text::kMaxJsonFileBytes);
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-state", "not a chatbench state.json");
     RunState s;
     try {
@@ -288,9 +293,22 @@ RunState loadStateFile(const std::string& path)
 RunLock::RunLock(const std::string& runDir)
 {
     const std::string path = (fs::path(runDir) / ".lock").string();
-    m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Never through a link: the lock file is truncated and written, and a link (symbolic or hard)
+    // there would make that another file's content.
+    m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (m_fd < 0 && errno == ELOOP)
+        throw Error(path, 0, "is a symbolic link; a run's lock file is a plain file of its own: remove the link");
     if (m_fd < 0)
         throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(errno));
+    struct stat st { };
+    if (::fstat(m_fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
+        const bool linked = S_ISREG(st.st_mode) && st.st_nlink > 1;
+        ::close(m_fd);
+        m_fd = -1;
+        throw Error(path, 0,
+            linked ? "has other names (a hard link); a run's lock file is a plain file of its own: remove it"
+                   : "is not a regular file: remove it");
+    }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
         char buf[32] = {};
         const ssize_t n = ::pread(m_fd, buf, sizeof buf - 1, 0);
@@ -330,16 +348,27 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
 
 void requireNewRunFolder(const std::string& runDir)
 {
+    // What only training writes: a folder holding it has trained, even with its state.json and
+    // checkpoints gone (the best weights still chat), and a new run would replace it.
+    std::error_code ec;
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name == "metrics.csv" || name == "steps.csv" || name == "best.json"
+            || (name.rfind("best-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0))
+            throw Error(runDir, 0,
+                "this folder holds a trained run's files ('" + name
+                    + "') without its state.json and checkpoints; a new run would replace them: choose another "
+                      "folder (chat --weights best still answers from it)");
+    }
     const std::string config = configPath(runDir);
     if (present(config)) {
         try {
-            (void)trainConfigFromJson(text::readFile(config), config);
+            (void)trainConfigFromJson(text::readFile(config, text::kMaxJsonFileBytes), config);
             return; // a start killed before its first checkpoint: starting afresh replaces its files
         } catch (const Error&) {
         }
     }
     std::vector<std::string> names;
-    std::error_code ec;
     for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec))
         if (const std::string name = it->path().filename().string();
             name != ".lock" && !(name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos))
@@ -579,7 +608,7 @@ TrainConfig loadRunConfig(const std::string& runDir)
     const std::string path = configPath(runDir);
     if (!present(path))
         throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
-    return trainConfigFromJson(text::readFile(path), path);
+    return trainConfigFromJson(text::readFile(path, text::kMaxJsonFileBytes), path);
 }
 
 Corpus loadRunCorpus(const std::string& runDir)

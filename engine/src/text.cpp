@@ -9,7 +9,7 @@
 
 namespace chatbench::text {
 
-std::string readFile(const std::string& path, int64_t maxBytes)
+std::string readFile(const std::string& path, int64_t maxBytes, const char* raise)
 {
     // Opening a FIFO for reading blocks until a writer comes: look before opening.
     std::error_code ec;
@@ -21,7 +21,8 @@ std::string readFile(const std::string& path, int64_t maxBytes)
     auto tooBig = [&](uint64_t size) {
         return Error(path, 0,
             "the file is " + std::to_string(size >> 20) + " MiB, more than the limit of "
-                + std::to_string(maxBytes >> 20) + " MiB; raise the limit to load it");
+                + std::to_string(maxBytes >> 20) + " MiB"
+                + (raise ? std::string("; ") + raise : std::string(" for a file of this kind: is it the file meant?")));
     };
     // Checked before reading: a file far larger than memory is refused, not read.
     if (const auto size = std::filesystem::file_size(path, ec); !ec && maxBytes >= 0 && size > uint64_t(maxBytes))

@@ -13,7 +13,11 @@ inline constexpr size_t kMaxLineBytes = 64 * 1024;
 
 // Reads a whole file. Throws Error(file) when it cannot be opened, is not a regular file, or
 // holds more than `maxBytes` (checked before reading where the size is known; < 0: no limit).
-std::string readFile(const std::string& path, int64_t maxBytes = -1);
+// `raise`, when given, says how to raise `maxBytes` ("--max-corpus-mb raises it").
+std::string readFile(const std::string& path, int64_t maxBytes = -1, const char* raise = nullptr);
+// The most a run's or a Keras tokenizer's JSON file may hold (a vocabulary of millions of words
+// fits): past it, an Error naming the file, not a multi-gigabyte read.
+inline constexpr int64_t kMaxJsonFileBytes = int64_t(256) << 20;
 
 // The first `n` bytes of a file (fewer when it is shorter).
 std::string readHead(const std::string& path, size_t n);

@@ -267,7 +267,7 @@ void Tokenizer::save(const std::string& path) const
 
 Tokenizer Tokenizer::load(const std::string& path)
 {
-    const std::string bytes = text::readFile(path);
+    const std::string bytes = text::readFile(path, text::kMaxJsonFileBytes);
     const nlohmann::json j = parseDocument(bytes, path, "chatbench-vocab", "not a chatbench vocabulary file");
     Tokenizer tok;
     try {

@@ -100,7 +100,7 @@ Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precisi
         if (what.find("can't allocate memory") == std::string::npos && what.find("out of memory") == std::string::npos)
             throw;
         throw Error("out of memory building the model" + sizes + " on " + device.str()
-            + ": lower --hidden, --embed or --layers (" + firstLine(what) + ")");
+            + ": lower --hidden, --embed or --layers (" + inWords(what) + ")");
     } catch (const std::bad_alloc&) {
         throw Error("out of memory building the model" + sizes + ": lower --hidden, --embed or --layers");
     }
@@ -523,11 +523,16 @@ void inPasses(
                 pass(rows == B ? batch : rowSlice(batch, begin, end));
             }
             return;
-        } catch (const c10::OutOfMemoryError& e) {
+        } catch (const c10::Error& e) {
+            // CUDA's out of memory, or the CPU allocator's refusal (an address-space or cgroup
+            // limit): the batch runs as smaller passes, down to one pair. Anything else goes on.
+            const bool cpu = std::string(e.what()).find("can't allocate memory") != std::string::npos;
+            if (!cpu && dynamic_cast<const c10::OutOfMemoryError*>(&e) == nullptr)
+                throw;
             releaseCachedMemory(s.device);
             if (rows <= 1)
-                throw Error("out of memory on " + s.device.str() + " with one pair per pass (" + firstLine(e.what())
-                    + "); use a smaller model, a shorter --max-response, or the CPU");
+                throw Error("out of memory on " + s.device.str() + " with one pair per pass (" + inWords(e.what())
+                    + "); use a smaller model, a shorter --max-response" + (cpu ? "" : ", or the CPU"));
             s.passRows = (rows + 1) / 2;
         }
         restart();

@@ -34,4 +34,8 @@ private:
 // become \xNN escapes; valid UTF-8 stays as it is. Error messages show file names this way.
 std::string printable(std::string_view text);
 
+// A library's error for a user: the CPU allocator's refusal in words ("out of memory: the CPU
+// allocator could not get 5.37 GB for one tensor"), anything else its first line (no stack trace).
+std::string inWords(const std::string& what);
+
 } // namespace chatbench
