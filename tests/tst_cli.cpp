@@ -302,6 +302,14 @@ void TestCli::badArguments()
     const Run dev = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu" });
     QCOMPARE(dev.code, 1);
     QVERIFY(dev.err.contains("device"));
+    // Refused before the first checkpoint: the folder it made is not left behind holding only
+    // its lock (found by an outside pass, with cuda:-1).
+    for (const QString device : { "cuda:-1", "cuda:abc" }) {
+        const Run d = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev-left"), "--device", device });
+        QCOMPARE(d.code, 1);
+        QVERIFY2(d.err.contains("unknown device"), qPrintable(d.err));
+        QVERIFY(!QFileInfo::exists(m_dir.filePath("dev-left")));
+    }
     const Run again = cli({ "train", "--corpus", m_corpus, "--run", m_run });
     QCOMPARE(again.code, 1);
     QVERIFY(again.err.contains("already holds a run"));
@@ -712,11 +720,12 @@ void TestCli::bench()
     QCOMPARE(j["schema_version"].toInt(), 1);
     QCOMPARE(j["rows"].toArray().size(), 2 + 3 + 1 + 1);
     QVERIFY(!j["machine"].toObject()["cpu_model"].toString().isEmpty());
-    // A report that cannot be written says why.
+    // A report that cannot be written says why, before the timing.
     const Run folder = cli({ "bench", "--corpus", m_corpus, "--preset", "quick", "--batch", "2", "--repeats", "1",
         "--warmup", "0", "--no-epoch", "--out", m_dir.path() });
     QCOMPARE(folder.code, 1);
-    QVERIFY2(folder.err.contains("cannot write the report: ") && folder.err.contains("it is a folder"),
+    QVERIFY2(
+        folder.err.contains(m_dir.path() + ": is a folder; give a file name") && !folder.out.contains("train_step"),
         qPrintable(folder.err));
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);

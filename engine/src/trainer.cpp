@@ -394,6 +394,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
+    const bool created = !fs::exists(runDir, ec);
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create run folder: " + ec.message());
@@ -404,22 +405,32 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     requireNewRunFolder(runDir);
 
     Session s;
-    s.cfg = cfg;
-    s.cfg.corpus = absoluteCorpusPath(cfg.corpus);
-    s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
-    s.runDir = runDir;
-    prepare(s, corpus, cb);
-    s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
-    writeFileAtomic(configPath(runDir), toJson(s.cfg));
-    s.tok.save(vocabPath(runDir));
-    log(cb,
-        "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size()) + " training and "
-            + std::to_string(s.validation.size()) + " validation pairs, device "
-            + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision)
-            + mathNote(s.step, s.cfg));
-    if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
-        log(cb, big);
-    saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
+    try {
+        s.cfg = cfg;
+        s.cfg.corpus = absoluteCorpusPath(cfg.corpus);
+        s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
+        s.runDir = runDir;
+        prepare(s, corpus, cb);
+        s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+        writeFileAtomic(configPath(runDir), toJson(s.cfg));
+        s.tok.save(vocabPath(runDir));
+        log(cb,
+            "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size())
+                + " training and " + std::to_string(s.validation.size()) + " validation pairs, device "
+                + (s.step.device.is_cpu() ? "cpu" : "cuda") + " " + precisionName(s.step.precision)
+                + mathNote(s.step, s.cfg));
+        if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
+            log(cb, big);
+        saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
+    } catch (...) {
+        // Refused before its first checkpoint (a device that is not there, a model too large):
+        // a folder this start made goes again, rather than stay holding only the lock.
+        if (created && !isRun(runDir)) {
+            std::error_code e2;
+            fs::remove_all(runDir, e2);
+        }
+        throw;
+    }
     return loop(s, cb);
 }
 
