@@ -36,6 +36,7 @@ private Q_SLOTS:
     void stateFieldsAreRangeChecked();
     void fieldsOfTheWrongTypeAreNamed_data();
     void fieldsOfTheWrongTypeAreNamed();
+    void damagedJsonIsNamedInWords();
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
     void stepHistory();
@@ -295,6 +296,32 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                  << "\"hello\""
                                  << "\"\""
                                  << "('') is empty or holds white space";
+}
+
+// Found by an outside pass: a run file of NUL bytes said "[json.exception.parse_error.101] …
+// unexpected end of input", and every JSON error carried nlohmann-json's tag.
+void TestRuns::damagedJsonIsNamedInWords()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    testutil::writeFile(dir, "config.json", QByteArray(4096, '\0'));
+    try {
+        (void)loadRunConfig(run);
+        QFAIL("a file of NUL bytes was read");
+    } catch (const Error& e) {
+        QCOMPARE(QString(e.what()),
+            QString::fromStdString(run + "/config.json:1: holds a NUL byte (byte 1): a damaged file, not JSON"));
+    }
+    testutil::writeFile(dir, "config.json", "{\"format\": \"chatbench-config\",\n \"model\": }\n");
+    try {
+        (void)loadRunConfig(run);
+        QFAIL("broken JSON was read");
+    } catch (const Error& e) {
+        const QString what = e.what();
+        QVERIFY2(what.startsWith(QString::fromStdString(run + "/config.json:2: not valid JSON: parse error at line 2"))
+                && !what.contains("json.exception"),
+            e.what());
+    }
 }
 
 void TestRuns::fieldsOfTheWrongTypeAreNamed()

@@ -229,7 +229,7 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
         }
         r.notes = j.value("notes", std::vector<std::string> {});
     } catch (const nlohmann::json::exception& e) {
-        throw Error(file, 0, std::string("bad benchmark report: ") + e.what());
+        throw Error(file, 0, "bad benchmark report: " + jsonMessage(e));
     }
     return r;
 }

@@ -194,7 +194,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
     } catch (const FieldError& e) {
         throw Error(file, 0, std::string("bad config: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
-        throw Error(file, 0, std::string("bad config: ") + e.what());
+        throw Error(file, 0, "bad config: " + jsonMessage(e));
     }
     try {
         validate(c);

@@ -3,6 +3,7 @@
 #include "atomicfile.h"
 #include "chatbench/error.h"
 #include "chatbench/outputfile.h"
+#include "jsondoc.h"
 #include "text.h"
 
 #include <nlohmann/json.hpp>
@@ -354,7 +355,7 @@ void loadJsonlFile(Loader& L, const std::string& file)
             } catch (const json::exception& e) { // syntax, a number too large
                 const std::string t = text::trim(l);
                 throw Error(file, line,
-                    std::string("JSON: ") + e.what()
+                    "not valid JSON: " + jsonMessage(e)
                         + (t == "{" || t == "[" ? " (JSON Lines holds one whole record per line; this looks like a "
                                                   "JSON document spread over lines)"
                                                 : ""));
@@ -365,7 +366,7 @@ void loadJsonlFile(Loader& L, const std::string& file)
             try {
                 addJsonRecord(L, j, file, line);
             } catch (const json::exception& e) { // a field of another type
-                throw Error(file, line, std::string("JSON: ") + e.what());
+                throw Error(file, line, "JSON: " + jsonMessage(e));
             }
         });
     }

@@ -8,16 +8,28 @@
 
 namespace chatbench {
 
+std::string jsonMessage(const nlohmann::json::exception& e)
+{
+    const std::string what = e.what();
+    const size_t tag = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
+    return tag == std::string::npos ? what : what.substr(tag + 2);
+}
+
 nlohmann::json parseDocument(
     const std::string& text, const std::string& file, const std::string& format, const std::string& notThis)
 {
+    // A file of NUL bytes (a crash on some file systems leaves one) is named as such, not as JSON
+    // that ended early.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+        throw Error(file, text::lineOfOffset(text, nul + 1),
+            "holds a NUL byte (byte " + std::to_string(nul + 1) + "): a damaged file, not JSON");
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
-        throw Error(file, text::lineOfOffset(text, e.byte), std::string("JSON: ") + e.what());
+        throw Error(file, text::lineOfOffset(text, e.byte), "not valid JSON: " + jsonMessage(e));
     } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)
-        throw Error(file, 0, std::string("JSON: ") + e.what());
+        throw Error(file, 0, "not valid JSON: " + jsonMessage(e));
     }
     // A "format" that is not a string is not ours either (j.value would throw a type error).
     const auto f = j.is_object() ? j.find("format") : j.end();

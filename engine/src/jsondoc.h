@@ -9,6 +9,9 @@
 
 namespace chatbench {
 
+// nlohmann-json's message for a user: without its "[json.exception.parse_error.101] " tag.
+std::string jsonMessage(const nlohmann::json::exception& e);
+
 // Parses `text` read from `file`. Throws Error(file, line) for malformed JSON and
 // Error(file, 1, notThis) when the document's "format" field is not `format`.
 nlohmann::json parseDocument(

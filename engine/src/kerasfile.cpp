@@ -2,6 +2,7 @@
 #include "childprocess.h"
 
 #include "chatbench/error.h"
+#include "jsondoc.h"
 #include "text.h"
 
 #include <H5Cpp.h>
@@ -760,7 +761,7 @@ json parseJson(const std::string& bytes, const std::string& file, const std::str
     try {
         return json::parse(bytes);
     } catch (const json::exception& e) {
-        throw Error(file, 0, what + " is not valid JSON: " + e.what());
+        throw Error(file, 0, what + " is not valid JSON: " + jsonMessage(e));
     }
 }
 
@@ -833,7 +834,7 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
     } catch (const H5::Exception& e) {
         throw Error(path, 0, "unreadable HDF5 data (" + e.getDetailMsg() + "): truncated or corrupt file?");
     } catch (const json::exception& e) { // a config field of an unexpected type
-        throw Error(path, 0, std::string("the model config: ") + e.what());
+        throw Error(path, 0, "the model config: " + jsonMessage(e));
     }
     throw Error(path, 0, "neither a Keras 3 .keras archive (zip) nor a legacy .h5 (HDF5) model file");
 }
@@ -843,7 +844,7 @@ KerasTokenizer readKerasTokenizer(const std::string& path)
     try {
         return readTokenizerJson(path);
     } catch (const json::exception& e) { // a field of an unexpected type
-        throw Error(path, 0, std::string("the tokenizer: ") + e.what());
+        throw Error(path, 0, "the tokenizer: " + jsonMessage(e));
     }
 }
 
@@ -992,7 +993,7 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
         }
         return modelFrom(reply.at("model"));
     } catch (const json::exception& e) {
-        throw Error(path, 0, std::string("reading the model went wrong: ") + e.what());
+        throw Error(path, 0, "reading the model went wrong: " + jsonMessage(e));
     }
 }
 

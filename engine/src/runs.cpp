@@ -261,7 +261,7 @@ RunState loadStateFile(const std::string& path)
     } catch (const FieldError& e) {
         throw Error(path, 0, std::string("bad state: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
-        throw Error(path, 0, std::string("bad state: ") + e.what());
+        throw Error(path, 0, "bad state: " + jsonMessage(e));
     }
     if (s.checkpoint.find('/') != std::string::npos || s.checkpoint.find("..") != std::string::npos)
         throw Error(path, 0, "checkpoint name must be a file in the run folder");

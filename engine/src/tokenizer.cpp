@@ -301,7 +301,7 @@ Tokenizer Tokenizer::load(const std::string& path)
     } catch (const FieldError& e) {
         throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
-        throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
+        throw Error(path, 0, "bad vocabulary: " + jsonMessage(e));
     }
     if (tok.m_words.size() < kSpecials.size() || !std::equal(kSpecials.begin(), kSpecials.end(), tok.m_words.begin()))
         throw Error(path, 0, "vocabulary must start with <pad>, <unk>, <start>, <end>");
