@@ -374,6 +374,29 @@ void TestCli::stopAndResume()
     const Run corpusOption = cli({ "train", "--resume", "--run", run, "--max-corpus-mb", "1000" });
     QCOMPARE(corpusOption.code, 1); // it describes --corpus: without one it would be ignored
     QVERIFY2(corpusOption.err.contains("--max-corpus-mb apply to --corpus"), qPrintable(corpusOption.err));
+    // The same kind of change made by editing config.json is refused too, by name (a new seed or
+    // validation fraction used to give another split and other batches without a word); what a
+    // resume may change (here how many checkpoints are kept) is taken.
+    const QString config = run + "/config.json";
+    const QByteArray original = testutil::readFile(config);
+    QJsonObject cfg = QJsonDocument::fromJson(original).object();
+    QJsonObject trainCfg = cfg["train"].toObject();
+    trainCfg["seed"] = 7;
+    trainCfg["validation_fraction"] = 0.25;
+    trainCfg["keep_checkpoints"] = 3;
+    cfg["train"] = trainCfg;
+    testutil::writeFile(m_dir, "stopped/config.json", QJsonDocument(cfg).toJson());
+    const Run edited = cli({ "train", "--resume", "--run", run });
+    QCOMPARE(edited.code, 1);
+    QVERIFY2(edited.err.contains(config + ": differs from the settings this run started with (")
+            && edited.err.contains("train.seed was 42, now 7")
+            && edited.err.contains("train.validation_fraction was 0.1, now 0.25")
+            && !edited.err.contains("keep_checkpoints"),
+        qPrintable(edited.err));
+    trainCfg["seed"] = 42;
+    trainCfg["validation_fraction"] = 0.1;
+    cfg["train"] = trainCfg;
+    testutil::writeFile(m_dir, "stopped/config.json", QJsonDocument(cfg).toJson());
     // A closed terminal (SIGHUP) stops with a checkpoint too, as Ctrl-C does.
     const auto stepOf = [&] {
         QFile f(run + "/state.json");

@@ -128,6 +128,10 @@ void TestCorpus::badInputs_data()
                                        << 2L << "strings" << 1;
     QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings"
                                  << 0;
+    QTest::newRow("jsonl-key-twice") << "k.jsonl"
+                                     << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n"
+                                                   "{\"prompt\": \"q\", \"response\": \"r\", \"prompt\": \"p\"}\n")
+                                     << 2L << "the key 'prompt' appears twice" << 1;
     QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected" << 0;
     QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L
                                  << "limit" << 0;
@@ -180,8 +184,9 @@ void TestCorpus::badInputs_data()
 void TestCorpus::innerByteOrderMarksAreDropped()
 {
     QTemporaryDir dir;
-    const Corpus tsv
-        = loadCorpus(testutil::writeFile(dir, "j.tsv", "\xEF\xBB\xBF" "a\tb\n\xEF\xBB\xBFhow\tfi\xEF\xBB\xBFne\n"));
+    const Corpus tsv = loadCorpus(testutil::writeFile(dir, "j.tsv",
+        "\xEF\xBB\xBF"
+        "a\tb\n\xEF\xBB\xBFhow\tfi\xEF\xBB\xBFne\n"));
     QCOMPARE(tsv.pairs.size(), size_t(2));
     QCOMPARE(tsv.pairs[1].prompt, std::string("how"));
     QCOMPARE(tsv.pairs[1].response, std::string("fine"));

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sys/stat.h>
 #include <thread>
 
 using namespace chatbench;
@@ -40,6 +41,7 @@ private Q_SLOTS:
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
     void stepHistory();
+    void stepHistoryIsCutInPlaceAndNeverBlocks();
     void bestEpochAndOverfittingNote();
     void listsOnlyRunsNewestFirst();
     void newRunDirIsFresh();
@@ -174,10 +176,13 @@ void TestRuns::stateRoundTrip()
     s.checkpoint = checkpointName(21);
     s.haveBest = true;
     s.bestValidationLoss = 3.5;
-    EpochMetrics m;
+    EpochMetrics first, m;
+    first.epoch = 0;
+    first.step = 9;
     m.epoch = 1;
+    m.step = 18;
     m.trainLoss = NAN;
-    s.history = { m };
+    s.history = { first, m };
     saveState(run, s);
     QVERIFY(isRun(run));
     QVERIFY(holdsRun(run));
@@ -186,8 +191,8 @@ void TestRuns::stateRoundTrip()
     QCOMPARE(back.step, int64_t(21));
     QCOMPARE(back.batchInEpoch, int64_t(3));
     QCOMPARE(back.bestValidationLoss, 3.5);
-    QCOMPARE(back.history.size(), size_t(1));
-    QVERIFY(std::isnan(back.history[0].trainLoss));
+    QCOMPARE(back.history.size(), size_t(2));
+    QVERIFY(std::isnan(back.history[1].trainLoss));
 }
 
 void TestRuns::stateFieldsAreRangeChecked_data()
@@ -284,6 +289,36 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                    << "\"step\": \\d+,"
                                    << ""
                                    << "'step' is missing";
+    // Edits that keep each field valid but the whole inconsistent, found in a fifth hostile pass.
+    QTest::newRow("state step of another checkpoint")
+        << "state.json"
+        << "\"step\": \\d+,"
+        << "\"step\": 7,"
+        << "'step' 7 is not the step of its checkpoint 'ckpt-00000004.pt'";
+    QTest::newRow("state epochs without history") << "state.json"
+                                                  << "\"epoch\": 0,"
+                                                  << "\"epoch\": 2,"
+                                                  << "'history' holds 0 epoch(s) where 'epoch' says 2 are done";
+    QTest::newRow("state negative best loss") << "state.json"
+                                              << "\"best_validation_loss\": [^,]+,\\s*\"have_best\": false"
+                                              << "\"best_validation_loss\": -1.5, \"have_best\": true"
+                                              << "'best_validation_loss' is out of range";
+    QTest::newRow("state NUL in a name") << "state.json"
+                                         << "\"checkpoint\": \"ckpt-00000004.pt\""
+                                         << "\"checkpoint\": \"ckpt-00000004.pt\\u0000.json\""
+                                         << "'checkpoint' holds a NUL character";
+    QTest::newRow("state key twice") << "state.json"
+                                     << "\"step\": \\d+,"
+                                     << "\"step\": 4, \"step\": 5,"
+                                     << "the key 'step' appears twice in one object";
+    QTest::newRow("config key twice") << "config.json"
+                                      << "\"hidden\": \\d+"
+                                      << "\"hidden\": 64, \"hidden\": 200"
+                                      << "the key 'hidden' appears twice in one object";
+    QTest::newRow("vocab NUL") << "vocab.json"
+                               << "\"hello\""
+                               << "\"hel\\u0000lo\""
+                               << "is empty or holds white space or NUL";
     QTest::newRow("vocab tokens") << "vocab.json"
                                   << "\"tokens\": \\["
                                   << "\"tokens\": 5, \"x\": ["
@@ -446,6 +481,67 @@ void TestRuns::stepHistory()
     rows = readRunSteps(run);
     QCOMPARE(rows.size(), size_t(3));
     QCOMPARE(rows[2].loss, 2.35);
+}
+
+// steps.csv was read whole and rewritten at every resume (a 3 GB one grown by hand made that
+// slow and, under a memory limit, impossible); a FIFO in its place would have hung a save.
+void TestRuns::stepHistoryIsCutInPlaceAndNeverBlocks()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    RunState s;
+    s.checkpoint = checkpointName(8);
+    s.step = 8;
+    saveState(run, s);
+    appendRunSteps(run, { { 0, 1, 2.5, 100, 0.1 }, { 0, 2, 2.4, 110, 0.2 } });
+    QFile f(dir.filePath("steps.csv"));
+    QVERIFY(f.open(QIODevice::Append));
+    f.write("not,a,row\n");
+    f.close();
+    appendRunSteps(run, { { 0, 3, 2.3, 120, 0.3 }, { 1, 4, 2.2, 130, 0.4 } });
+    QVERIFY(f.open(QIODevice::Append));
+    f.write("1,5,2."); // killed in the middle of an append
+    f.close();
+    const QByteArray before = testutil::readFile(dir.filePath("steps.csv"));
+    struct stat st0 { };
+    QCOMPARE(::stat(qPrintable(dir.filePath("steps.csv")), &st0), 0);
+
+    // Resumed at step 4: the rows are all its own, only the torn line goes; the rest is untouched.
+    keepRunSteps(run, 4);
+    QByteArray after = testutil::readFile(dir.filePath("steps.csv"));
+    QCOMPARE(after, before.left(before.size() - 6));
+    appendRunSteps(run, { { 1, 5, 2.1, 140, 0.5 } });
+    auto rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(5));
+    QCOMPARE(rows[4].loss, 2.1);
+
+    // Resumed from step 2: the tail from the first row past it is cut off, in the same file.
+    keepRunSteps(run, 2);
+    struct stat st1 { };
+    QCOMPARE(::stat(qPrintable(dir.filePath("steps.csv")), &st1), 0);
+    QCOMPARE(st1.st_ino, st0.st_ino);
+    after = testutil::readFile(dir.filePath("steps.csv"));
+    QVERIFY2(after.endsWith("not,a,row\n"), after.constData());
+    rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(2));
+    QCOMPARE(rows[1].step, int64_t(2));
+
+    // A FIFO where steps.csv belongs: read as nothing, written with a clear error, never waited on.
+    QVERIFY(QFile::remove(dir.filePath("steps.csv")));
+    QCOMPARE(::mkfifo(qPrintable(dir.filePath("steps.csv")), 0644), 0);
+    QVERIFY(readRunSteps(run).empty());
+    for (int which = 0; which < 2; ++which) {
+        try {
+            if (which == 0)
+                appendRunSteps(run, { { 0, 3, 2.3, 120, 0.3 } });
+            else
+                keepRunSteps(run, 2);
+            QFAIL("a FIFO was taken for steps.csv");
+        } catch (const Error& e) {
+            QVERIFY2(
+                QString(e.what()).contains("steps.csv") && QString(e.what()).contains("not a regular file"), e.what());
+        }
+    }
 }
 
 void TestRuns::bestEpochAndOverfittingNote()

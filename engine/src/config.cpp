@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <set>
 
 namespace chatbench {
 
@@ -114,6 +115,53 @@ std::string toJson(const TrainConfig& c)
     j["corpus"] = { { "path", c.corpus }, { "format", formatName(c.corpusFormat) }, { "latin1", c.latin1 },
         { "pairing", pairingName(c.pairing) }, { "strict", c.strictCorpus } };
     return j.dump(2) + "\n";
+}
+
+namespace {
+
+// Settings a resumed run may take from an edited config.json: how long it trains, when it saves,
+// where it runs. The corpus is checked by its pairs' fingerprint instead.
+bool outsideRecipe(const std::string& key)
+{
+    static const std::set<std::string> free { "train.epochs", "train.patience", "train.checkpoint_every_steps",
+        "train.keep_checkpoints", "device.device", "device.threads", "device.tf32" };
+    return free.count(key) > 0;
+}
+
+nlohmann::ordered_json flatRecipe(const TrainConfig& c)
+{
+    const auto all = nlohmann::ordered_json::parse(toJson(c));
+    nlohmann::ordered_json flat = nlohmann::ordered_json::object();
+    for (const char* section : { "model", "tokenizer", "train", "device" })
+        for (const auto& [key, value] : all[section].items())
+            if (const std::string name = std::string(section) + "." + key; !outsideRecipe(name))
+                flat[name] = value;
+    return flat;
+}
+
+} // namespace
+
+std::string recipeJson(const TrainConfig& c)
+{
+    return flatRecipe(c).dump();
+}
+
+std::vector<std::string> recipeChanges(const std::string& recorded, const TrainConfig& c)
+{
+    const auto then = nlohmann::ordered_json::parse(recorded, nullptr, /*allow_exceptions=*/false);
+    if (!then.is_object())
+        return { "the settings recorded in state.json are unreadable" };
+    const auto now = flatRecipe(c);
+    std::vector<std::string> out;
+    // Settings a later build added are not in an older record: only the recorded ones are compared.
+    for (const auto& [key, was] : then.items()) {
+        const auto it = now.find(key);
+        if (it == now.end() || outsideRecipe(key))
+            continue;
+        if (*it != was)
+            out.push_back(key + " was " + printable(was.dump()) + ", now " + printable(it->dump()));
+    }
+    return out;
 }
 
 LoadOptions corpusLoadOptions(const TrainConfig& c)

@@ -351,7 +351,9 @@ void loadJsonlFile(Loader& L, const std::string& file)
         L.record([&] {
             json j;
             try {
-                j = json::parse(l);
+                j = parseUniqueKeys(l);
+            } catch (const DuplicateKey& e) {
+                throw Error(file, line, std::string(e.what()) + ": keep one");
             } catch (const json::exception& e) { // syntax, a number too large
                 const std::string t = text::trim(l);
                 throw Error(file, line,

@@ -4,7 +4,9 @@
 #include "text.h"
 
 #include <limits>
+#include <set>
 #include <type_traits>
+#include <vector>
 
 namespace chatbench {
 
@@ -13,6 +15,26 @@ std::string jsonMessage(const nlohmann::json::exception& e)
     const std::string what = e.what();
     const size_t tag = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
     return tag == std::string::npos ? what : what.substr(tag + 2);
+}
+
+nlohmann::json parseUniqueKeys(std::string_view text)
+{
+    using Event = nlohmann::json::parse_event_t;
+    std::vector<std::set<std::string>> objects; // the keys of each object open at this point
+    const nlohmann::json::parser_callback_t seen = [&](int, Event event, nlohmann::json& parsed) {
+        if (event == Event::object_start) {
+            objects.emplace_back();
+        } else if (event == Event::object_end) {
+            if (!objects.empty())
+                objects.pop_back();
+        } else if (event == Event::key && !objects.empty()) {
+            const std::string& key = parsed.get_ref<const std::string&>();
+            if (!objects.back().insert(key).second)
+                throw DuplicateKey("the key '" + printable(key) + "' appears twice in one object");
+        }
+        return true;
+    };
+    return nlohmann::json::parse(text, seen);
 }
 
 nlohmann::json parseDocument(
@@ -25,7 +47,9 @@ nlohmann::json parseDocument(
             "holds a NUL byte (byte " + std::to_string(nul + 1) + "): a damaged file, not JSON");
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(text);
+        j = parseUniqueKeys(text);
+    } catch (const DuplicateKey& e) {
+        throw Error(file, 0, std::string(e.what()) + " (which one counts is not defined): keep one");
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(file, text::lineOfOffset(text, e.byte), "not valid JSON: " + jsonMessage(e));
     } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)
@@ -87,6 +111,9 @@ template <typename T> T field(const JsonObject& obj, const std::string& key)
             return v.get<bool>();
         throw FieldError(named(obj, key) + " must be true or false, not " + shown(v));
     } else if constexpr (std::is_same_v<T, std::string>) {
+        // "\u0000" is valid JSON, but a name or path would end there for every C API it reaches.
+        if (v.is_string() && v.get_ref<const std::string&>().find('\0') != std::string::npos)
+            throw FieldError(named(obj, key) + " holds a NUL character (\\u0000): " + shown(v));
         if (v.is_string())
             return v.get<std::string>();
         throw FieldError(named(obj, key) + " must be a string, not " + shown(v));

@@ -6,11 +6,19 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace chatbench {
 
 // nlohmann-json's message for a user: without its "[json.exception.parse_error.101] " tag.
 std::string jsonMessage(const nlohmann::json::exception& e);
+
+// A JSON object holding one key twice (nlohmann-json, like most parsers, keeps the last).
+struct DuplicateKey : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+// nlohmann::json::parse, refusing a key repeated in one object (DuplicateKey).
+nlohmann::json parseUniqueKeys(std::string_view text);
 
 // Parses `text` read from `file`. Throws Error(file, line) for malformed JSON and
 // Error(file, 1, notThis) when the document's "format" field is not `format`.

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -158,6 +159,8 @@ std::string stateJson(const RunState& state)
     j["corpus_fingerprint"] = state.corpusFingerprint;
     j["loss_scale"] = state.lossScale;
     j["loss_scale_good_steps"] = state.lossScaleGoodSteps;
+    if (!state.recipe.empty())
+        j["recipe"] = nlohmann::ordered_json::parse(state.recipe);
     auto& hist = j["history"] = nlohmann::ordered_json::array();
     for (const auto& m : state.history)
         hist.push_back({ { "epoch", m.epoch }, { "step", m.step }, { "train_loss", numberOrNull(m.trainLoss) },
@@ -241,6 +244,11 @@ RunState loadStateFile(const std::string& path)
         s.corpusFingerprint = field<uint64_t>(root, "corpus_fingerprint");
         s.lossScale = field<double>(root, "loss_scale", 65536.0);
         s.lossScaleGoodSteps = field<int64_t>(root, "loss_scale_good_steps", int64_t(0));
+        if (j.contains("recipe")) {
+            if (!j["recipe"].is_object())
+                throw FieldError("'recipe' must be an object");
+            s.recipe = j["recipe"].dump();
+        }
         const auto& history = j.contains("history") ? j["history"] : nlohmann::json();
         if (!history.is_array())
             throw FieldError("'history' must be a list");
@@ -287,6 +295,24 @@ RunState loadStateFile(const std::string& path)
         need(m.epoch >= 0 && m.step >= 0 && finiteAtLeast0(m.seconds) && finiteAtLeast0(m.elapsedSeconds)
                 && std::isfinite(m.tokensPerSecond),
             "history");
+    need(s.batchInEpoch <= s.step, "batch_in_epoch");
+    need(!s.haveBest || s.bestValidationLoss >= 0, "best_validation_loss"); // a cross-entropy
+    // The fields agree as a run writes them: the checkpoint named is the one of `step`, and the
+    // history holds one entry per finished epoch, in order, none past `step`.
+    auto inconsistent = [&](const std::string& what) { throw Error(path, 0, "bad state: " + what); };
+    const std::string ours = checkpointName(s.step);
+    if (!s.checkpoint.empty() && s.checkpoint != ours && s.checkpoint != "best-" + ours.substr(5))
+        inconsistent("'step' " + std::to_string(s.step) + " is not the step of its checkpoint '"
+            + printable(s.checkpoint) + "' (" + ours + " would be)");
+    if (s.history.size() != static_cast<size_t>(s.epoch))
+        inconsistent("'history' holds " + std::to_string(s.history.size()) + " epoch(s) where 'epoch' says "
+            + std::to_string(s.epoch) + " are done");
+    for (size_t i = 0; i < s.history.size(); ++i) {
+        const EpochMetrics& m = s.history[i];
+        if (m.epoch != static_cast<int>(i) || m.step > s.step || (i > 0 && m.step < s.history[i - 1].step))
+            inconsistent("'history[" + std::to_string(i) + "]' (epoch " + std::to_string(m.epoch) + ", step "
+                + std::to_string(m.step) + ") is out of order or past 'step' " + std::to_string(s.step));
+    }
     return s;
 }
 
@@ -406,39 +432,47 @@ void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>&
 namespace {
 
 // The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
-// columns still reads). `row` is called with a lookup `number(name)`; it returns false for rows
-// to leave out. A cell that is missing or not a number leaves its row out. Unreadable files (or
-// ones without the columns) give no rows.
-template <size_t N, typename Row> void readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
+// columns still reads), a line at a time: memory grows with the rows kept, not the file. `row` is
+// called with a lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset
+// where the row's line starts; it returns false to stop reading. A cell that is missing or not a
+// number clears the flag. Files that are not regular, unreadable or without the columns give no
+// rows; the return value says whether the header named every column.
+template <size_t N, typename Row> bool readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
 {
-    if (!present(path))
-        return;
-    std::string bytes;
-    try {
-        bytes = text::readFile(path.string());
-    } catch (const Error&) {
-        return;
-    }
-    const auto lines = text::splitLines(bytes);
-    if (lines.empty())
-        return;
-    auto cells = [](std::string_view line) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) // never a FIFO, which would block the reader
+        return false;
+    std::ifstream in(path, std::ios::binary);
+    std::string line;
+    if (!in || !std::getline(in, line))
+        return false;
+    auto cells = [](const std::string& l) {
         std::vector<std::string> c;
-        std::string cell;
-        std::istringstream in { std::string(line) };
-        while (std::getline(in, cell, ','))
-            c.push_back(text::trim(cell));
-        return c;
+        size_t from = 0;
+        for (;;) {
+            const size_t comma = l.find(',', from);
+            c.push_back(text::trim(std::string_view(l).substr(from, comma - from)));
+            if (comma == std::string::npos)
+                return c;
+            from = comma + 1;
+        }
     };
     std::map<std::string, size_t> column;
-    const auto header = cells(lines.front());
+    const auto header = cells(line);
     for (size_t i = 0; i < header.size(); ++i)
         column[header[i]] = i;
     for (const char* name : names)
         if (!column.count(name))
-            return;
-    for (size_t n = 1; n < lines.size(); ++n) {
-        const auto c = cells(lines[n]);
+            return false;
+    int64_t offset = static_cast<int64_t>(in.tellg());
+    while (std::getline(in, line)) {
+        const int64_t start = offset;
+        offset = in.eof() ? start + static_cast<int64_t>(line.size()) : static_cast<int64_t>(in.tellg());
+        if (!line.empty() && line.back() == '\r')
+            line.pop_back();
+        if (text::trim(line).empty())
+            continue;
+        const auto c = cells(line);
         bool ok = true;
         auto number = [&](const char* name) {
             const size_t i = column.at(name);
@@ -452,8 +486,10 @@ template <size_t N, typename Row> void readCsv(const fs::path& path, const char*
                 ok = false;
             return v;
         };
-        row(number, ok);
+        if (!row(number, ok, start))
+            break;
     }
+    return true;
 }
 
 constexpr const char* kStepColumns[] = { "epoch", "step", "loss", "tokens_per_second", "elapsed_seconds" };
@@ -462,8 +498,9 @@ constexpr const char* kStepColumns[] = { "epoch", "step", "loss", "tokens_per_se
 
 std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
 {
+    // One row per epoch, in order (a run has at most 100000): a file grown by hand stays a curve.
     std::vector<EpochMetrics> out;
-    readCsv(fs::path(runDir) / kMetricsFile, kMetricsColumns, [&](auto&& number, bool& ok) {
+    readCsv(fs::path(runDir) / kMetricsFile, kMetricsColumns, [&](auto&& number, bool& ok, int64_t) {
         EpochMetrics m;
         m.epoch = static_cast<int>(number("epoch")) - 1;
         m.step = static_cast<int64_t>(number("step"));
@@ -474,8 +511,9 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
         m.seconds = number("seconds");
         m.tokensPerSecond = number("tokens_per_second");
         m.elapsedSeconds = number("elapsed_seconds");
-        if (ok && m.epoch >= 0)
+        if (ok && m.epoch >= 0 && (out.empty() || m.epoch > out.back().epoch))
             out.push_back(m);
+        return out.size() < 100000;
     });
     return out;
 }
@@ -530,6 +568,29 @@ BestWeights readBestWeights(const std::string& runDir)
     return b;
 }
 
+namespace {
+
+StepMetrics stepRow(const auto& number)
+{
+    StepMetrics m;
+    m.epoch = static_cast<int>(number("epoch")) - 1;
+    m.step = static_cast<int64_t>(number("step"));
+    m.loss = number("loss");
+    m.tokensPerSecond = number("tokens_per_second");
+    m.elapsedSeconds = number("elapsed_seconds");
+    return m;
+}
+
+std::string stepsHeader()
+{
+    std::string h;
+    for (size_t i = 0; i < std::size(kStepColumns); ++i)
+        h += (i ? std::string(",") : std::string()) + kStepColumns[i];
+    return h + "\n";
+}
+
+} // namespace
+
 std::vector<StepMetrics> readRunSteps(const std::string& runDir)
 {
     // Rows past state.json's step belong to a save that did not finish: left out.
@@ -540,15 +601,11 @@ std::vector<StepMetrics> readRunSteps(const std::string& runDir)
         return {};
     }
     std::vector<StepMetrics> out;
-    readCsv(fs::path(runDir) / kStepsFile, kStepColumns, [&](auto&& number, bool& ok) {
-        StepMetrics m;
-        m.epoch = static_cast<int>(number("epoch")) - 1;
-        m.step = static_cast<int64_t>(number("step"));
-        m.loss = number("loss");
-        m.tokensPerSecond = number("tokens_per_second");
-        m.elapsedSeconds = number("elapsed_seconds");
+    readCsv(fs::path(runDir) / kStepsFile, kStepColumns, [&](auto&& number, bool& ok, int64_t) {
+        const StepMetrics m = stepRow(number);
         if (ok && m.epoch >= 0 && m.step >= 1 && m.step <= last && (out.empty() || m.step > out.back().step))
             out.push_back(m);
+        return true;
     });
     return out;
 }
@@ -558,38 +615,82 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
     if (rows.empty())
         return;
     const std::string path = (fs::path(runDir) / kStepsFile).string();
+    // Not blocking: a FIFO put there would otherwise hang the save until something read it.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0 && errno == ENXIO) // a FIFO nothing reads
+        throw Error(path, 0, "is not a regular file: remove it (it holds the run's loss per step)");
+    if (fd < 0)
+        throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
+    struct stat st { };
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw Error(path, 0, "is not a regular file: remove it (it holds the run's loss per step)");
+    }
     std::ostringstream out;
     out.precision(8);
-    if (!present(path))
-        for (size_t i = 0; i < std::size(kStepColumns); ++i)
-            out << (i ? "," : "") << kStepColumns[i] << (i + 1 == std::size(kStepColumns) ? "\n" : "");
+    if (st.st_size == 0)
+        out << stepsHeader();
     for (const auto& m : rows)
         out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
             << '\n';
     const std::string bytes = out.str();
-    std::FILE* f = std::fopen(path.c_str(), "ab");
-    if (!f)
-        throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
-    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
-    const int err = errno;
-    std::fclose(f);
-    if (!ok)
+    size_t done = 0;
+    int err = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : ENOSPC;
+            break;
+        }
+        done += static_cast<size_t>(n);
+    }
+    if (err != 0) // no torn row for the next append to run into: back to what it was
+        (void)!::ftruncate(fd, st.st_size);
+    ::close(fd);
+    if (err != 0)
         throw Error(path, 0, std::string("write failed (") + std::strerror(err) + ")");
 }
 
 void keepRunSteps(const std::string& runDir, int64_t upToStep)
 {
-    const auto rows = readRunSteps(runDir); // already only up to state.json's step
-    std::ostringstream out;
-    out.precision(8);
-    for (size_t i = 0; i < std::size(kStepColumns); ++i)
-        out << (i ? "," : "") << kStepColumns[i];
-    out << '\n';
-    for (const auto& m : rows)
-        if (m.step <= upToStep)
-            out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
-                << '\n';
-    writeFileAtomic((fs::path(runDir) / kStepsFile).string(), out.str());
+    // Rows are appended in step order, so the ones past `upToStep` are a tail: cut off in place,
+    // reading a line at a time (a file of any size costs no memory and is not rewritten).
+    const fs::path path = fs::path(runDir) / kStepsFile;
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(path, ec)))
+        return;
+    if (!fs::is_regular_file(path, ec))
+        throw Error(path.string(), 0, "is not a regular file: remove it (it holds the run's loss per step)");
+    int64_t cut = -1, lastLine = -1;
+    const bool readable = readCsv(path, kStepColumns, [&](auto&& number, bool& ok, int64_t offset) {
+        lastLine = offset;
+        if (number("step") > static_cast<double>(upToStep) && ok) { // the step cell alone decides
+            cut = offset;
+            return false;
+        }
+        return true;
+    });
+    if (!readable) { // no header of ours: begun afresh (the rows there could not be read anyway)
+        writeFileAtomic(path.string(), stepsHeader());
+        return;
+    }
+    if (cut < 0) { // a last line without its line break was cut short: it goes too
+        std::ifstream in(path, std::ios::binary | std::ios::ate);
+        const auto size = static_cast<int64_t>(in.tellg());
+        char lastByte = '\n';
+        if (size > 0 && in.seekg(size - 1) && in.get(lastByte) && lastByte != '\n') {
+            if (lastLine < 0) { // the header itself
+                writeFileAtomic(path.string(), stepsHeader());
+                return;
+            }
+            cut = lastLine;
+        }
+    }
+    if (cut >= 0 && ::truncate(path.c_str(), static_cast<off_t>(cut)) != 0)
+        throw Error(
+            path.string(), 0, std::string("cannot cut off the steps past the checkpoint: ") + std::strerror(errno));
 }
 
 bool isRun(const std::string& dir)

@@ -31,6 +31,8 @@ struct RunState {
     std::string checkpoint; // file name of the matching ckpt-<step>.pt
     uint32_t checkpointCrc = 0; // CRC-32 of that file (runs older than checksums have none)
     bool haveCrc = false;
+    // The settings the run started with (recipeJson in config.h); empty in runs older than it.
+    std::string recipe;
     std::vector<EpochMetrics> history;
 };
 

@@ -294,9 +294,10 @@ Tokenizer Tokenizer::load(const std::string& path)
             tok.m_words.push_back(w.get<std::string>());
             const std::string& word = tok.m_words.back();
             // A word the tokenizer can never produce would be a silent hole in the vocabulary.
-            if (word.empty() || word.find_first_of(" \t\n\r\f\v") != std::string::npos)
+            if (word.empty() || word.find_first_of(" \t\n\r\f\v") != std::string::npos
+                || word.find('\0') != std::string::npos)
                 throw Error(path, 0,
-                    "word " + std::to_string(i) + " ('" + printable(word) + "') is empty or holds white space");
+                    "word " + std::to_string(i) + " ('" + printable(word) + "') is empty or holds white space or NUL");
         }
     } catch (const FieldError& e) {
         throw Error(path, 0, std::string("bad vocabulary: ") + e.what());

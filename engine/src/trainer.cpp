@@ -412,6 +412,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.runDir = runDir;
         prepare(s, corpus, cb);
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+        s.state.recipe = recipeJson(s.cfg);
         writeFileAtomic(configPath(runDir), toJson(s.cfg));
         s.tok.save(vocabPath(runDir));
         log(cb,
@@ -444,6 +445,19 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     s.state = loadState(runDir, &recovered);
     if (!recovered.empty())
         log(cb, recovered);
+    // config.json edited since the run started: the same change as a resume option is refused, so
+    // is this (a new seed or validation fraction would quietly give another split and other batches).
+    if (!s.state.recipe.empty())
+        if (const auto changed = recipeChanges(s.state.recipe, s.cfg); !changed.empty()) {
+            std::string list;
+            for (const auto& c : changed)
+                list += (list.empty() ? "" : "; ") + c;
+            throw Error(configPath(runDir), 0,
+                "differs from the settings this run started with (" + list
+                    + "): a resumed run keeps them (only the epochs, patience, checkpointing and device "
+                      "can change); put them back, or start a new run with these");
+        }
+    const std::string recipe = recipeJson(s.cfg);
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
         // own, and training from here is fine-tuning.
@@ -489,6 +503,7 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         log(cb, fellBack);
         s.state.finished = finished && s.state.epoch >= s.cfg.epochs;
     }
+    s.state.recipe = recipe; // recorded from here on in runs that started without it
     // The step history continues from the checkpoint loaded (no rows from a save cut short).
     keepRunSteps(runDir, s.state.step);
     if (s.state.finished)

@@ -72,6 +72,12 @@ std::string presetDescription(const std::string& name);
 void validate(const TrainConfig& cfg);
 
 std::string toJson(const TrainConfig& cfg);
+// The settings that fix a run's course (all but epochs, patience, checkpointing and where it
+// runs), as one flat JSON object ({"model.hidden": 200, "train.seed": 42, ...}): state.json
+// records them when a run starts, and a resume compares config.json with them.
+std::string recipeJson(const TrainConfig& cfg);
+// The recorded settings `cfg` differs in, each as "train.seed was 42, now 7"; empty when none.
+std::vector<std::string> recipeChanges(const std::string& recordedRecipe, const TrainConfig& cfg);
 // Throws Error(file, line) for malformed JSON, unknown values or out-of-range fields.
 TrainConfig trainConfigFromJson(const std::string& json, const std::string& file);
 
