@@ -526,6 +526,16 @@ void TestRuns::stepHistoryIsCutInPlaceAndNeverBlocks()
     QCOMPARE(rows.size(), size_t(2));
     QCOMPARE(rows[1].step, int64_t(2));
 
+    // Junk without a line break (5 MB of digits, as a disk that filled mid-write can leave): read
+    // past a block at a time, never as one line, and cut off on resume.
+    const QByteArray kept = testutil::readFile(dir.filePath("steps.csv"));
+    QVERIFY(f.open(QIODevice::Append));
+    f.write(QByteArray(5 << 20, '7'));
+    f.close();
+    QCOMPARE(readRunSteps(run).size(), size_t(2));
+    keepRunSteps(run, 2);
+    QCOMPARE(testutil::readFile(dir.filePath("steps.csv")), kept);
+
     // A FIFO where steps.csv belongs: read as nothing, written with a clear error, never waited on.
     QVERIFY(QFile::remove(dir.filePath("steps.csv")));
     QCOMPARE(::mkfifo(qPrintable(dir.filePath("steps.csv")), 0644), 0);

@@ -431,48 +431,59 @@ void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>&
 
 namespace {
 
+// What readCsv found besides the rows.
+struct CsvFile {
+    bool columns = false; // the header named every column asked for
+    int64_t tornAt = -1; // where a last line without its line break starts (a write cut short)
+};
+
 // The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
-// columns still reads), a line at a time: memory grows with the rows kept, not the file. `row` is
-// called with a lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset
-// where the row's line starts; it returns false to stop reading. A cell that is missing or not a
-// number clears the flag. Files that are not regular, unreadable or without the columns give no
-// rows; the return value says whether the header named every column.
-template <size_t N, typename Row> bool readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
+// columns still reads), a block at a time: memory grows with the rows kept, never with the file
+// (a line longer than any row this engine writes is skipped unread). `row` is called with a
+// lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset where the
+// row's line starts; it returns false to stop reading. A cell that is missing or not a number
+// clears the flag. Files that are not regular, unreadable or without the columns give no rows.
+template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
 {
+    constexpr size_t kMaxLine = 4096;
+    CsvFile found;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) // never a FIFO, which would block the reader
-        return false;
+        return found;
     std::ifstream in(path, std::ios::binary);
-    std::string line;
-    if (!in || !std::getline(in, line))
-        return false;
-    auto cells = [](const std::string& l) {
+    if (!in)
+        return found;
+    auto cells = [](std::string_view l) {
         std::vector<std::string> c;
         size_t from = 0;
         for (;;) {
             const size_t comma = l.find(',', from);
-            c.push_back(text::trim(std::string_view(l).substr(from, comma - from)));
-            if (comma == std::string::npos)
+            c.push_back(text::trim(l.substr(from, comma - from)));
+            if (comma == std::string_view::npos)
                 return c;
             from = comma + 1;
         }
     };
     std::map<std::string, size_t> column;
-    const auto header = cells(line);
-    for (size_t i = 0; i < header.size(); ++i)
-        column[header[i]] = i;
-    for (const char* name : names)
-        if (!column.count(name))
-            return false;
-    int64_t offset = static_cast<int64_t>(in.tellg());
-    while (std::getline(in, line)) {
-        const int64_t start = offset;
-        offset = in.eof() ? start + static_cast<int64_t>(line.size()) : static_cast<int64_t>(in.tellg());
-        if (!line.empty() && line.back() == '\r')
-            line.pop_back();
-        if (text::trim(line).empty())
-            continue;
-        const auto c = cells(line);
+    bool header = true, stop = false;
+    // One whole line (without its line break); false to stop reading.
+    auto line = [&](std::string_view l, int64_t start) {
+        if (!l.empty() && l.back() == '\r')
+            l.remove_suffix(1);
+        if (header) {
+            header = false;
+            const auto names0 = cells(l);
+            for (size_t i = 0; i < names0.size(); ++i)
+                column[names0[i]] = i;
+            for (const char* name : names)
+                if (!column.count(name))
+                    return false;
+            found.columns = true;
+            return true;
+        }
+        if (text::trim(l).empty())
+            return true;
+        const auto c = cells(l);
         bool ok = true;
         auto number = [&](const char* name) {
             const size_t i = column.at(name);
@@ -486,10 +497,46 @@ template <size_t N, typename Row> bool readCsv(const fs::path& path, const char*
                 ok = false;
             return v;
         };
-        if (!row(number, ok, start))
+        return static_cast<bool>(row(number, ok, start));
+    };
+    std::string pending; // the line read so far
+    bool tooLong = false; // the current line is past kMaxLine: skipped
+    int64_t lineStart = 0, offset = 0;
+    std::vector<char> block(1 << 16);
+    while (!stop && in) {
+        in.read(block.data(), static_cast<std::streamsize>(block.size()));
+        const auto got = static_cast<size_t>(in.gcount());
+        if (got == 0)
             break;
+        std::string_view b(block.data(), got);
+        while (!stop && !b.empty()) {
+            const size_t nl = b.find('\n');
+            const std::string_view piece = b.substr(0, nl);
+            if (!tooLong && pending.size() + piece.size() <= kMaxLine)
+                pending.append(piece);
+            else
+                tooLong = true;
+            if (nl == std::string_view::npos) {
+                offset += static_cast<int64_t>(piece.size());
+                break;
+            }
+            offset += static_cast<int64_t>(nl) + 1;
+            if (tooLong && header)
+                return found; // not a header of ours
+            if (!tooLong)
+                stop = !line(pending, lineStart);
+            pending.clear();
+            tooLong = false;
+            lineStart = offset;
+            b.remove_prefix(nl + 1);
+        }
     }
-    return true;
+    if (!stop && offset > lineStart) { // a last line without its line break
+        found.tornAt = lineStart;
+        if (header && !tooLong) // a header alone, cut short: not ours to trust
+            return found;
+    }
+    return found;
 }
 
 constexpr const char* kStepColumns[] = { "epoch", "step", "loss", "tokens_per_second", "elapsed_seconds" };
@@ -663,31 +710,20 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
         return;
     if (!fs::is_regular_file(path, ec))
         throw Error(path.string(), 0, "is not a regular file: remove it (it holds the run's loss per step)");
-    int64_t cut = -1, lastLine = -1;
-    const bool readable = readCsv(path, kStepColumns, [&](auto&& number, bool& ok, int64_t offset) {
-        lastLine = offset;
+    int64_t cut = -1;
+    const CsvFile file = readCsv(path, kStepColumns, [&](auto&& number, bool& ok, int64_t offset) {
         if (number("step") > static_cast<double>(upToStep) && ok) { // the step cell alone decides
             cut = offset;
             return false;
         }
         return true;
     });
-    if (!readable) { // no header of ours: begun afresh (the rows there could not be read anyway)
+    if (!file.columns || file.tornAt == 0) { // no header of ours: begun afresh (its rows could not be read anyway)
         writeFileAtomic(path.string(), stepsHeader());
         return;
     }
-    if (cut < 0) { // a last line without its line break was cut short: it goes too
-        std::ifstream in(path, std::ios::binary | std::ios::ate);
-        const auto size = static_cast<int64_t>(in.tellg());
-        char lastByte = '\n';
-        if (size > 0 && in.seekg(size - 1) && in.get(lastByte) && lastByte != '\n') {
-            if (lastLine < 0) { // the header itself
-                writeFileAtomic(path.string(), stepsHeader());
-                return;
-            }
-            cut = lastLine;
-        }
-    }
+    if (cut < 0) // a last line without its line break was cut short by a kill: it goes too
+        cut = file.tornAt;
     if (cut >= 0 && ::truncate(path.c_str(), static_cast<off_t>(cut)) != 0)
         throw Error(
             path.string(), 0, std::string("cannot cut off the steps past the checkpoint: ") + std::strerror(errno));
