@@ -319,6 +319,22 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                << "\"hello\""
                                << "\"hel\\u0000lo\""
                                << "is empty or holds white space or NUL";
+    QTest::newRow("state best loss missing") << "state.json"
+                                             << "\"best_validation_loss\": [^,]+,\\s*\"have_best\": false"
+                                             << "\"best_validation_loss\": null, \"have_best\": true"
+                                             << "'best_validation_loss' is out of range";
+    QTest::newRow("state nested deep (was a stack overflow)")
+        << "state.json"
+        << "\"checkpoint\": \"ckpt-00000004.pt\""
+        << "\"checkpoint\": " + QString(100000, '[') + QString(100000, ']') << "nested more than 100 levels deep";
+    QTest::newRow("config nested deep") << "config.json"
+                                        << "\"hidden\": \\d+"
+                                        << "\"hidden\": " + QString(150, '[') + QString(150, ']')
+                                        << "nested more than 100 levels deep";
+    QTest::newRow("state recipe not settings") << "state.json"
+                                               << "\"step\": \\d+,"
+                                               << "\"recipe\": {\"model.hidden\": [1]}, \"step\": 4,"
+                                               << "'recipe' must be an object of at most 256 settings";
     QTest::newRow("vocab tokens") << "vocab.json"
                                   << "\"tokens\": \\["
                                   << "\"tokens\": 5, \"x\": ["
@@ -536,8 +552,44 @@ void TestRuns::stepHistoryIsCutInPlaceAndNeverBlocks()
     keepRunSteps(run, 2);
     QCOMPARE(testutil::readFile(dir.filePath("steps.csv")), kept);
 
-    // A FIFO where steps.csv belongs: read as nothing, written with a clear error, never waited on.
+    // A row past the checkpoint followed by rows before it (junk, or an edit) is not a tail:
+    // nothing after it is cut off.
+    const QByteArray header = "epoch,step,loss,tokens_per_second,elapsed_seconds\n";
+    testutil::writeFile(dir, "steps.csv", header + "1,1,2.5,1,1\n1,1e9,9,9,9\n1,inf,9,9,9\n1,2,2.4,1,1\n");
+    keepRunSteps(run, 2);
+    QCOMPARE(readRunSteps(run).size(), size_t(2));
+    // Columns in another order, and old Mac line ends: rewritten in the engine's order, so that
+    // the next append lands under the right columns.
+    testutil::writeFile(
+        dir, "steps.csv", "step,epoch,loss,tokens_per_second,elapsed_seconds\r1,1,2.5,1,1\r2,1,2.4,1,1\r");
+    keepRunSteps(run, 2);
+    appendRunSteps(run, { { 0, 3, 2.3, 120, 0.3 } });
+    rows = readRunSteps(run);
+    QCOMPARE(rows.size(), size_t(3));
+    QCOMPARE(rows[1].loss, 2.4);
+    QCOMPARE(rows[2].step, int64_t(3));
+    QCOMPARE(rows[2].loss, 2.3);
+    QVERIFY(testutil::readFile(dir.filePath("steps.csv")).startsWith(header));
+    // A link in its place (to a file of another run, say): refused, the file it names untouched.
+    const QByteArray victim = header + "1,1,2.5,1,1\n1,100,9,9,9\nkeep me\n";
+    testutil::writeFile(dir, "other.csv", victim);
     QVERIFY(QFile::remove(dir.filePath("steps.csv")));
+    QVERIFY(QFile::link(dir.filePath("other.csv"), dir.filePath("steps.csv")));
+    for (int which = 0; which < 2; ++which) {
+        try {
+            if (which == 0)
+                keepRunSteps(run, 2);
+            else
+                appendRunSteps(run, { { 0, 3, 2.3, 120, 0.3 } });
+            QFAIL("steps.csv was written through a link");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("is a link (symbolic or hard)"), e.what());
+        }
+    }
+    QCOMPARE(testutil::readFile(dir.filePath("other.csv")), victim);
+    QVERIFY(QFile::remove(dir.filePath("steps.csv")));
+
+    // A FIFO where steps.csv belongs: read as nothing, written with a clear error, never waited on.
     QCOMPARE(::mkfifo(qPrintable(dir.filePath("steps.csv")), 0644), 0);
     QVERIFY(readRunSteps(run).empty());
     for (int which = 0; which < 2; ++which) {

@@ -155,12 +155,14 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     reportsLayout->addWidget(new QLabel(tr("Compared:")));
     m_reports = new QListWidget;
     m_reports->setToolTip(tr("The reports in the charts; select one to export or remove it"));
+    m_reports->setMinimumHeight(48); // three rows: the lists give way first in a short window
     reportsLayout->addWidget(m_reports, 1);
     auto* savedLabel = new QLabel(tr("Saved in the project (double-click to add):"));
     reportsLayout->addWidget(savedLabel);
     m_saved = new QListWidget;
     m_saved->setObjectName("savedReports");
     m_saved->setToolTip(tr("Reports saved in bench/reports, from this and other machines"));
+    m_saved->setMinimumHeight(48);
     reportsLayout->addWidget(m_saved, 1);
     auto* importButton = new QPushButton(tr("Import…"));
     importButton->setToolTip(tr("Add a report file made by `chatbench-cli bench --out` on any machine"));

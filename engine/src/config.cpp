@@ -148,7 +148,7 @@ std::string recipeJson(const TrainConfig& c)
 
 std::vector<std::string> recipeChanges(const std::string& recorded, const TrainConfig& c)
 {
-    const auto then = nlohmann::ordered_json::parse(recorded, nullptr, /*allow_exceptions=*/false);
+    const auto then = nlohmann::json::parse(recorded, nullptr, /*allow_exceptions=*/false);
     if (!then.is_object())
         return { "the settings recorded in state.json are unreadable" };
     const auto now = flatRecipe(c);
@@ -159,7 +159,8 @@ std::vector<std::string> recipeChanges(const std::string& recorded, const TrainC
         if (it == now.end() || outsideRecipe(key))
             continue;
         if (*it != was)
-            out.push_back(key + " was " + printable(was.dump()) + ", now " + printable(it->dump()));
+            out.push_back(
+                key + " was " + printable(was.dump().substr(0, 80)) + ", now " + printable(it->dump().substr(0, 80)));
     }
     return out;
 }

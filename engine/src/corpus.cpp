@@ -352,8 +352,8 @@ void loadJsonlFile(Loader& L, const std::string& file)
             json j;
             try {
                 j = parseUniqueKeys(l);
-            } catch (const DuplicateKey& e) {
-                throw Error(file, line, std::string(e.what()) + ": keep one");
+            } catch (const RefusedJson& e) {
+                throw Error(file, line, e.what());
             } catch (const json::exception& e) { // syntax, a number too large
                 const std::string t = text::trim(l);
                 throw Error(file, line,

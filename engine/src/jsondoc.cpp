@@ -21,7 +21,10 @@ nlohmann::json parseUniqueKeys(std::string_view text)
 {
     using Event = nlohmann::json::parse_event_t;
     std::vector<std::set<std::string>> objects; // the keys of each object open at this point
-    const nlohmann::json::parser_callback_t seen = [&](int, Event event, nlohmann::json& parsed) {
+    const nlohmann::json::parser_callback_t seen = [&](int depth, Event event, nlohmann::json& parsed) {
+        if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxJsonDepth)
+            throw RefusedJson("values are nested more than " + std::to_string(kMaxJsonDepth)
+                + " levels deep (lists or objects inside each other): not a file this reads");
         if (event == Event::object_start) {
             objects.emplace_back();
         } else if (event == Event::object_end) {
@@ -30,7 +33,8 @@ nlohmann::json parseUniqueKeys(std::string_view text)
         } else if (event == Event::key && !objects.empty()) {
             const std::string& key = parsed.get_ref<const std::string&>();
             if (!objects.back().insert(key).second)
-                throw DuplicateKey("the key '" + printable(key) + "' appears twice in one object");
+                throw RefusedJson("the key '" + printable(key)
+                    + "' appears twice in one object (which one counts is not defined): keep one");
         }
         return true;
     };
@@ -48,8 +52,8 @@ nlohmann::json parseDocument(
     nlohmann::json j;
     try {
         j = parseUniqueKeys(text);
-    } catch (const DuplicateKey& e) {
-        throw Error(file, 0, std::string(e.what()) + " (which one counts is not defined): keep one");
+    } catch (const RefusedJson& e) {
+        throw Error(file, 0, e.what());
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(file, text::lineOfOffset(text, e.byte), "not valid JSON: " + jsonMessage(e));
     } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)

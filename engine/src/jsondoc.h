@@ -13,11 +13,14 @@ namespace chatbench {
 // nlohmann-json's message for a user: without its "[json.exception.parse_error.101] " tag.
 std::string jsonMessage(const nlohmann::json::exception& e);
 
-// A JSON object holding one key twice (nlohmann-json, like most parsers, keeps the last).
-struct DuplicateKey : std::runtime_error {
+// JSON this project refuses although it is well formed: an object holding one key twice
+// (nlohmann-json, like most parsers, keeps the last), or values nested deeper than any file here
+// (kMaxJsonDepth; printing such a value recurses once per level and overflows the stack).
+struct RefusedJson : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
-// nlohmann::json::parse, refusing a key repeated in one object (DuplicateKey).
+constexpr int kMaxJsonDepth = 100;
+// nlohmann::json::parse, refusing repeated keys and deep nesting (RefusedJson) as it reads.
 nlohmann::json parseUniqueKeys(std::string_view text);
 
 // Parses `text` read from `file`. Throws Error(file, line) for malformed JSON and

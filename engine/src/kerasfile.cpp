@@ -759,7 +759,9 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
 json parseJson(const std::string& bytes, const std::string& file, const std::string& what)
 {
     try {
-        return json::parse(bytes);
+        return parseUniqueKeys(bytes);
+    } catch (const RefusedJson& e) {
+        throw Error(file, 0, what + ": " + e.what());
     } catch (const json::exception& e) {
         throw Error(file, 0, what + " is not valid JSON: " + jsonMessage(e));
     }

@@ -237,17 +237,28 @@ RunState loadStateFile(const std::string& path)
         s.epochTokens = field<int64_t>(root, "epoch_tokens");
         s.epochSeconds = field<double>(root, "epoch_seconds", 0.0);
         s.elapsedSeconds = field<double>(root, "elapsed_seconds");
-        s.bestValidationLoss = numberOr(root, "best_validation_loss", 0.0);
+        s.bestValidationLoss = numberOr(root, "best_validation_loss", NAN);
         s.haveBest = field<bool>(root, "have_best");
+        if (!s.haveBest && std::isnan(s.bestValidationLoss))
+            s.bestValidationLoss = 0; // none yet: written as 0 (runs before NaN was written as null)
         s.badEpochs = field<int>(root, "bad_epochs");
         s.finished = field<bool>(root, "finished");
         s.corpusFingerprint = field<uint64_t>(root, "corpus_fingerprint");
         s.lossScale = field<double>(root, "loss_scale", 65536.0);
         s.lossScaleGoodSteps = field<int64_t>(root, "loss_scale_good_steps", int64_t(0));
         if (j.contains("recipe")) {
-            if (!j["recipe"].is_object())
-                throw FieldError("'recipe' must be an object");
-            s.recipe = j["recipe"].dump();
+            // A few dozen settings, each a number, true/false or a name: anything else is not one
+            // a run wrote (and a huge one would make every resume slow).
+            const auto& r = j["recipe"];
+            bool ok = r.is_object() && r.size() <= 256;
+            for (auto it = r.begin(); ok && it != r.end(); ++it)
+                ok = it.key().size() <= 64 && it.key().find('\0') == std::string::npos
+                    && (it->is_number() || it->is_boolean()
+                        || (it->is_string() && it->get_ref<const std::string&>().size() <= 256));
+            if (!ok)
+                throw FieldError("'recipe' must be an object of at most 256 settings, each a number, true or false, "
+                                 "or a short name");
+            s.recipe = r.dump();
         }
         const auto& history = j.contains("history") ? j["history"] : nlohmann::json();
         if (!history.is_array())
@@ -434,12 +445,14 @@ namespace {
 // What readCsv found besides the rows.
 struct CsvFile {
     bool columns = false; // the header named every column asked for
+    bool exact = false; // ... and only those, in the order asked for
     int64_t tornAt = -1; // where a last line without its line break starts (a write cut short)
 };
 
 // The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
 // columns still reads), a block at a time: memory grows with the rows kept, never with the file
-// (a line longer than any row this engine writes is skipped unread). `row` is called with a
+// (a line longer than any row this engine writes is skipped unread; CR, LF and CRLF each end a
+// line). `row` is called with a
 // lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset where the
 // row's line starts; it returns false to stop reading. A cell that is missing or not a number
 // clears the flag. Files that are not regular, unreadable or without the columns give no rows.
@@ -479,6 +492,9 @@ template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const ch
                 if (!column.count(name))
                     return false;
             found.columns = true;
+            found.exact = names0.size() == N;
+            for (size_t i = 0; found.exact && i < N; ++i)
+                found.exact = names0[i] == names[i];
             return true;
         }
         if (text::trim(l).empty())
@@ -510,7 +526,7 @@ template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const ch
             break;
         std::string_view b(block.data(), got);
         while (!stop && !b.empty()) {
-            const size_t nl = b.find('\n');
+            const size_t nl = b.find_first_of("\r\n"); // CRLF gives an empty line between: skipped
             const std::string_view piece = b.substr(0, nl);
             if (!tooLong && pending.size() + piece.size() <= kMaxLine)
                 pending.append(piece);
@@ -628,6 +644,11 @@ StepMetrics stepRow(const auto& number)
     return m;
 }
 
+// Appends and cuts go to the run's own file only: through a link they would change another one.
+constexpr const char* kStepsLinked
+    = "is a link (symbolic or hard) to another file; a run's steps.csv is a plain file of its own: "
+      "replace it with a copy (cp steps.csv s && mv s steps.csv)";
+
 std::string stepsHeader()
 {
     std::string h;
@@ -663,15 +684,19 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
         return;
     const std::string path = (fs::path(runDir) / kStepsFile).string();
     // Not blocking: a FIFO put there would otherwise hang the save until something read it.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ELOOP)
+        throw Error(path, 0, kStepsLinked);
     if (fd < 0 && errno == ENXIO) // a FIFO nothing reads
         throw Error(path, 0, "is not a regular file: remove it (it holds the run's loss per step)");
     if (fd < 0)
         throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
     struct stat st { };
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
+        const bool linked = S_ISREG(st.st_mode) && st.st_nlink > 1;
         ::close(fd);
-        throw Error(path, 0, "is not a regular file: remove it (it holds the run's loss per step)");
+        throw Error(
+            path, 0, linked ? kStepsLinked : "is not a regular file: remove it (it holds the run's loss per step)");
     }
     std::ostringstream out;
     out.precision(8);
@@ -702,24 +727,47 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
 
 void keepRunSteps(const std::string& runDir, int64_t upToStep)
 {
-    // Rows are appended in step order, so the ones past `upToStep` are a tail: cut off in place,
-    // reading a line at a time (a file of any size costs no memory and is not rewritten).
+    // Rows are appended in step order, so the ones past `upToStep` (a save cut short, or steps
+    // after the checkpoint resumed from) are the file's tail: cut off in place, reading a block at
+    // a time (a file of any size costs no memory and is not rewritten). Rows past `upToStep`
+    // followed by rows before it (junk, edited by hand) are not a tail and stay: readers skip them.
     const fs::path path = fs::path(runDir) / kStepsFile;
     std::error_code ec;
-    if (!fs::exists(fs::symlink_status(path, ec)))
+    const auto link = fs::symlink_status(path, ec);
+    if (!fs::exists(link))
         return;
-    if (!fs::is_regular_file(path, ec))
+    if (fs::is_symlink(link))
+        throw Error(path.string(), 0, kStepsLinked);
+    struct stat st { };
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
         throw Error(path.string(), 0, "is not a regular file: remove it (it holds the run's loss per step)");
+    if (st.st_nlink > 1)
+        throw Error(path.string(), 0, kStepsLinked);
     int64_t cut = -1;
+    std::vector<StepMetrics> kept; // for a file in another column order, rewritten in ours
     const CsvFile file = readCsv(path, kStepColumns, [&](auto&& number, bool& ok, int64_t offset) {
-        if (number("step") > static_cast<double>(upToStep) && ok) { // the step cell alone decides
-            cut = offset;
-            return false;
+        const double step = number("step");
+        if (ok && std::isfinite(step) && step == std::floor(step)) { // the step cell alone decides
+            if (step <= static_cast<double>(upToStep))
+                cut = -1;
+            else if (cut < 0)
+                cut = offset;
         }
+        const StepMetrics m = stepRow(number);
+        if (ok && m.epoch >= 0 && m.step >= 1 && m.step <= upToStep && (kept.empty() || m.step > kept.back().step))
+            kept.push_back(m);
         return true;
     });
-    if (!file.columns || file.tornAt == 0) { // no header of ours: begun afresh (its rows could not be read anyway)
-        writeFileAtomic(path.string(), stepsHeader());
+    if (!file.columns || !file.exact) {
+        // No header of ours (its rows could not be read anyway), or the columns in another order,
+        // which the next append would not follow: written afresh in ours, with the rows kept.
+        std::ostringstream out;
+        out.precision(8);
+        out << stepsHeader();
+        for (const auto& m : kept)
+            out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
+                << '\n';
+        writeFileAtomic(path.string(), out.str());
         return;
     }
     if (cut < 0) // a last line without its line break was cut short by a kill: it goes too

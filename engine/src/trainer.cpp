@@ -447,8 +447,20 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         log(cb, recovered);
     // config.json edited since the run started: the same change as a resume option is refused, so
     // is this (a new seed or validation fraction would quietly give another split and other batches).
-    if (!s.state.recipe.empty())
-        if (const auto changed = recipeChanges(s.state.recipe, s.cfg); !changed.empty()) {
+    {
+        std::error_code ec; // a folder there would refuse the first save, after an epoch's work
+        if (fs::is_directory(statePath(runDir), ec))
+            throw Error(statePath(runDir), 0, "is a folder, not the run's state file: remove it");
+    }
+    // The settings recorded when the run started: in state.json, or beside its checkpoint.
+    std::string recorded = s.state.recipe;
+    if (recorded.empty() && !s.state.checkpoint.empty())
+        try {
+            recorded = loadStateFile(checkpointStatePath(runDir, s.state.checkpoint)).recipe;
+        } catch (const Error&) { // none there either (a run older than the record)
+        }
+    if (!recorded.empty())
+        if (const auto changed = recipeChanges(recorded, s.cfg); !changed.empty()) {
             std::string list;
             for (const auto& c : changed)
                 list += (list.empty() ? "" : "; ") + c;
