@@ -156,7 +156,7 @@ std::vector<std::string> recipeChanges(const std::string& recorded, const TrainC
     // Settings a later build added are not in an older record: only the recorded ones are compared.
     for (const auto& [key, was] : then.items()) {
         const auto it = now.find(key);
-        if (it == now.end() || outsideRecipe(key))
+        if (it == now.end()) // not recorded any more, or one a resume may change
             continue;
         if (*it != was)
             out.push_back(

@@ -61,6 +61,30 @@ bool present(const fs::path& p)
     return fs::exists(p, ec);
 }
 
+// How openOwnFile went.
+enum class OwnFile { Opened, SymbolicLink, HardLink, NotPlain, Failed };
+
+// Opens one of a run's own files (never through a symbolic link, never waiting on a FIFO) and
+// keeps it only when it is a plain file with one name: through a link, a write would change
+// another file. `fd` is open only when it says Opened (then `size` is the file's size); with
+// Failed, errno says why.
+OwnFile openOwnFile(const std::string& path, int flags, int& fd, int64_t* size = nullptr)
+{
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0)
+        return errno == ELOOP ? OwnFile::SymbolicLink : errno == ENXIO ? OwnFile::NotPlain : OwnFile::Failed;
+    struct stat st { };
+    const bool plain = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (plain && st.st_nlink == 1) {
+        if (size)
+            *size = static_cast<int64_t>(st.st_size);
+        return OwnFile::Opened;
+    }
+    ::close(fd);
+    fd = -1;
+    return plain ? OwnFile::HardLink : OwnFile::NotPlain;
+}
+
 } // namespace
 
 std::string configPath(const std::string& runDir)
@@ -332,19 +356,15 @@ RunLock::RunLock(const std::string& runDir)
     const std::string path = (fs::path(runDir) / ".lock").string();
     // Never through a link: the lock file is truncated and written, and a link (symbolic or hard)
     // there would make that another file's content.
-    m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (m_fd < 0 && errno == ELOOP)
+    switch (openOwnFile(path, O_RDWR | O_CREAT, m_fd)) {
+    case OwnFile::Opened: break;
+    case OwnFile::SymbolicLink:
         throw Error(path, 0, "is a symbolic link; a run's lock file is a plain file of its own: remove the link");
-    if (m_fd < 0)
+    case OwnFile::HardLink:
+        throw Error(path, 0, "has other names (a hard link); a run's lock file is a plain file of its own: remove it");
+    case OwnFile::NotPlain: throw Error(path, 0, "is not a regular file: remove it");
+    case OwnFile::Failed:
         throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(errno));
-    struct stat st { };
-    if (::fstat(m_fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
-        const bool linked = S_ISREG(st.st_mode) && st.st_nlink > 1;
-        ::close(m_fd);
-        m_fd = -1;
-        throw Error(path, 0,
-            linked ? "has other names (a hard link); a run's lock file is a plain file of its own: remove it"
-                   : "is not a regular file: remove it");
     }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
         char buf[32] = {};
@@ -648,6 +668,7 @@ StepMetrics stepRow(const auto& number)
 constexpr const char* kStepsLinked
     = "is a link (symbolic or hard) to another file; a run's steps.csv is a plain file of its own: "
       "replace it with a copy (cp steps.csv s && mv s steps.csv)";
+constexpr const char* kStepsNotPlain = "is not a regular file: remove it (it holds the run's loss per step)";
 
 std::string stepsHeader()
 {
@@ -684,23 +705,18 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
         return;
     const std::string path = (fs::path(runDir) / kStepsFile).string();
     // Not blocking: a FIFO put there would otherwise hang the save until something read it.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno == ELOOP)
-        throw Error(path, 0, kStepsLinked);
-    if (fd < 0 && errno == ENXIO) // a FIFO nothing reads
-        throw Error(path, 0, "is not a regular file: remove it (it holds the run's loss per step)");
-    if (fd < 0)
-        throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
-    struct stat st { };
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
-        const bool linked = S_ISREG(st.st_mode) && st.st_nlink > 1;
-        ::close(fd);
-        throw Error(
-            path, 0, linked ? kStepsLinked : "is not a regular file: remove it (it holds the run's loss per step)");
+    int fd = -1;
+    int64_t size = 0;
+    switch (openOwnFile(path, O_WRONLY | O_APPEND | O_CREAT, fd, &size)) {
+    case OwnFile::Opened: break;
+    case OwnFile::SymbolicLink:
+    case OwnFile::HardLink: throw Error(path, 0, kStepsLinked);
+    case OwnFile::NotPlain: throw Error(path, 0, kStepsNotPlain);
+    case OwnFile::Failed: throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
     }
     std::ostringstream out;
     out.precision(8);
-    if (st.st_size == 0)
+    if (size == 0)
         out << stepsHeader();
     for (const auto& m : rows)
         out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
@@ -719,7 +735,7 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
         done += static_cast<size_t>(n);
     }
     if (err != 0) // no torn row for the next append to run into: back to what it was
-        (void)!::ftruncate(fd, st.st_size);
+        (void)!::ftruncate(fd, static_cast<off_t>(size));
     ::close(fd);
     if (err != 0)
         throw Error(path, 0, std::string("write failed (") + std::strerror(err) + ")");
@@ -740,7 +756,7 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
         throw Error(path.string(), 0, kStepsLinked);
     struct stat st { };
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-        throw Error(path.string(), 0, "is not a regular file: remove it (it holds the run's loss per step)");
+        throw Error(path.string(), 0, kStepsNotPlain);
     if (st.st_nlink > 1)
         throw Error(path.string(), 0, kStepsLinked);
     int64_t cut = -1;

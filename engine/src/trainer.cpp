@@ -445,14 +445,14 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     s.state = loadState(runDir, &recovered);
     if (!recovered.empty())
         log(cb, recovered);
-    // config.json edited since the run started: the same change as a resume option is refused, so
-    // is this (a new seed or validation fraction would quietly give another split and other batches).
     {
         std::error_code ec; // a folder there would refuse the first save, after an epoch's work
         if (fs::is_directory(statePath(runDir), ec))
             throw Error(statePath(runDir), 0, "is a folder, not the run's state file: remove it");
     }
-    // The settings recorded when the run started: in state.json, or beside its checkpoint.
+    // config.json edited since the run started: the same change as a resume option is refused, so
+    // is this (a new seed or validation fraction would quietly give another split and other batches).
+    // The settings recorded when the run started are in state.json, or beside its checkpoint.
     std::string recorded = s.state.recipe;
     if (recorded.empty() && !s.state.checkpoint.empty())
         try {
