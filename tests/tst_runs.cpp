@@ -315,6 +315,10 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                       << "\"hidden\": \\d+"
                                       << "\"hidden\": 64, \"hidden\": 200"
                                       << "the key 'hidden' appears twice in one object";
+    QTest::newRow("config NUL in a key") << "config.json"
+                                         << "\"hidden\": \\d+"
+                                         << "\"hidden\": 64, \"hid\\u0000den\": 200"
+                                         << "holds a NUL character (\\u0000)";
     QTest::newRow("vocab NUL") << "vocab.json"
                                << "\"hello\""
                                << "\"hel\\u0000lo\""

@@ -32,6 +32,8 @@ nlohmann::json parseUniqueKeys(std::string_view text)
                 objects.pop_back();
         } else if (event == Event::key && !objects.empty()) {
             const std::string& key = parsed.get_ref<const std::string&>();
+            if (key.find('\0') != std::string::npos) // no C string of ours could hold it whole
+                throw RefusedJson("the key '" + printable(key) + "' holds a NUL character (\\u0000)");
             if (!objects.back().insert(key).second)
                 throw RefusedJson("the key '" + printable(key)
                     + "' appears twice in one object (which one counts is not defined): keep one");
