@@ -413,9 +413,23 @@ void TestCli::stopAndResume()
     QCOMPARE(h.exitStatus(), QProcess::NormalExit);
     QCOMPARE(h.exitCode(), 130);
     QVERIFY(stepOf() > stoppedAt);
-    const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "40" });
+    // Where and how long it runs may change on resume (they were refused as options), out-of-range
+    // values not; config.json keeps what was given.
+    const Run badKeep = cli({ "train", "--resume", "--run", run, "--threads", "-3" });
+    QCOMPARE(badKeep.code, 1);
+    QVERIFY2(badKeep.err.contains("threads must be 0..1024"), qPrintable(badKeep.err));
+    const Run r = cli({ "train", "--resume", "--run", run, "--epochs", "40", "--threads", "1", "--keep-checkpoints",
+        "3", "--patience", "60", "--checkpoint-every", "500" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("finished after 40 epoch(s)"));
+    QVERIFY2(r.out.contains("note: threads default -> 1: sums are rounded in another order"), qPrintable(r.out));
+    const QJsonObject after = QJsonDocument::fromJson(testutil::readFile(config)).object();
+    QCOMPARE(after["device"].toObject()["threads"].toInt(), 1);
+    QCOMPARE(after["train"].toObject()["keep_checkpoints"].toInt(), 3);
+    QCOMPARE(after["train"].toObject()["patience"].toInt(), 60);
+    QCOMPARE(after["train"].toObject()["checkpoint_every_steps"].toInt(), 500);
+    QCOMPARE(after["train"].toObject()["epochs"].toInt(), 40);
+    QCOMPARE(QDir(run).entryList({ "ckpt-*.pt" }, QDir::Files).size(), 3);
 }
 
 void TestCli::signalWhileWaitingEndsAtOnce()

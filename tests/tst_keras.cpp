@@ -583,6 +583,9 @@ void TestKeras::badTokenizers()
     }
     writeBytes(dir + "broken.json", "{\"class_name\": \"Tokenizer\", \"config\": ");
     expectError(dir + "broken.json", "JSON");
+    // A key twice: the line of the second one is named (it named none).
+    writeBytes(dir + "twice.json", "{\"class_name\": \"Tokenizer\",\n \"config\": {},\n \"config\": {}}");
+    expectError(dir + "twice.json", "the tokenizer file (line 3): the key 'config' appears twice");
     writeBytes(dir + "other.json", "{\"class_name\": \"TextVectorization\", \"config\": {}}");
     expectError(dir + "other.json", "Keras tokenizer");
     json bad = t;

@@ -14,6 +14,7 @@
 #include "model.h"
 #include "projectedloss.h"
 #include "snapshot.h"
+#include "sparselookup.h"
 #include "torchutil.h"
 #include "trainstep.h"
 
@@ -192,6 +193,9 @@ private Q_SLOTS:
     void onCoresSharesTheThreadsAndRestoresThem();
     void stepInPartsMatchesOnePass_data();
     void stepInPartsMatchesOnePass();
+    void sparseLookupMatchesEmbedding();
+    void sparseEmbeddingStepMatchesTorchRmsprop_data();
+    void sparseEmbeddingStepMatchesTorchRmsprop();
     void gradientTimesInputMatchesTheEmbeddingGradient();
     void aModelTooLargeForMemoryIsRefused();
     void outOfMemoryBacksOffToSmallerPasses();
@@ -1002,10 +1006,17 @@ void TestModel::stepInPartsMatchesOnePass()
     if (!(bf16 && optimizer == "rmsprop" && bf16GemmPath() == Bf16Gemm::OneDnn))
         QVERIFY(weightsWithin(one, two, tolerance));
     QVERIFY(sameTensors(copies(two.model->parameters()), copies(again.model->parameters())));
-    // The gradients are the parameters' own dense tensors, as backward() leaves them: the
-    // optimizer's zero_grad detaches them in place, which a view refuses.
-    for (const auto& p : two.model->parameters())
-        QVERIFY(!p.grad().defined() || (!p.grad().is_view() && p.grad().is_contiguous()));
+    // The gradients are the parameters' own tensors, as backward() leaves them: the optimizer's
+    // zero_grad detaches them in place, which a view refuses. Dense, but for the embeddings'
+    // under RMSprop (the engine's own update walks their sparse rows).
+    for (const auto& p : two.model->parameters()) {
+        if (!p.grad().defined())
+            continue;
+        const bool table
+            = p.is_same(two.model->encoderEmbedding->weight) || p.is_same(two.model->decoderEmbedding->weight);
+        QCOMPARE(p.grad().is_sparse(), table && optimizer == "rmsprop");
+        QVERIFY(!p.grad().is_view() && (p.grad().is_sparse() || p.grad().is_contiguous()));
+    }
     two.optimizer->zero_grad(/*set_to_none=*/false);
 
     // A step that draws random numbers (dropout, scheduled sampling) stays in one pass: slices
@@ -1254,6 +1265,139 @@ void TestModel::gpuUuidAsNvmlNamesIt()
     const unsigned char bytes[16]
         = { 0x3f, 0x1a, 0x00, 0xff, 0x12, 0x34, 0xab, 0xcd, 0x01, 0x02, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54 };
     QCOMPARE(nvmlUuid(bytes), std::string("GPU-3f1a00ff-1234-abcd-0102-fedcba987654"));
+}
+
+// The sparse-gradient lookup against nn::Embedding (padding_idx 0): the same rows forward, and
+// backward the same gradient as ATen's dense embedding backward, as sorted unique rows without
+// the padding row; several sparse gradients summed likewise.
+void TestModel::sparseLookupMatchesEmbedding()
+{
+    torch::manual_seed(11);
+    const int64_t V = 40, E = 7;
+    torch::nn::Embedding reference(torch::nn::EmbeddingOptions(V, E).padding_idx(0));
+    auto weight = reference->weight.detach().clone().requires_grad_(true);
+    // Repeats, the padding row, the first and last rows, out of order.
+    auto ids = torch::tensor({ 5, 0, 39, 5, 1, 17, 0, 17, 17, 2, 39, 8 }, torch::kInt64).view({ 3, 4 });
+    auto upstream = torch::randn({ 3, 4, E });
+    auto ours = sparseGradLookup(weight, ids, 0);
+    auto theirs = reference(ids);
+    QVERIFY(torch::equal(ours, theirs));
+    const auto g = torch::autograd::grad({ ours }, { weight }, { upstream })[0];
+    theirs.backward(upstream);
+    QVERIFY(g.is_sparse());
+    QVERIFY(g.is_coalesced());
+    QCOMPARE(vec(g._indices()), (std::vector<double> { 1, 2, 5, 8, 17, 39 }));
+    QVERIFY((g.to_dense() - reference->weight.grad()).abs().max().item<double>() < 1e-6);
+    // Row 17 is read three times: its gradient, the three upstream rows summed in position order.
+    const auto flat = upstream.view({ -1, E });
+    QVERIFY(torch::equal(g._values()[4], flat[5] + flat[7] + flat[8]));
+
+    // Several slices' gradients (and an uncoalesced one, as two lookups of one table leave it).
+    auto a = sparseGradLookup(weight, torch::tensor({ 3, 9, 3 }), 0);
+    auto b = sparseGradLookup(weight, torch::tensor({ 9, 0, 30 }), 0);
+    auto ga = torch::autograd::grad({ (a * 2).sum() }, { weight })[0];
+    auto gb = torch::autograd::grad({ (b * 3).sum() }, { weight })[0];
+    const auto both = sumSparseRows({ ga, gb, ga + gb });
+    QVERIFY(both.is_coalesced());
+    QCOMPARE(vec(both._indices()), (std::vector<double> { 3, 9, 30 }));
+    QVERIFY(torch::equal(both.to_dense(), 2 * (ga.to_dense() + gb.to_dense())));
+}
+
+void TestModel::sparseEmbeddingStepMatchesTorchRmsprop_data()
+{
+    QTest::addColumn<bool>("shared"); // one table for the encoder and the decoder
+    QTest::addColumn<int>("threads"); // 2: two row slices side by side; 1: one pass
+    QTest::newRow("one pass") << false << 1;
+    QTest::newRow("two slices") << false << 2;
+    QTest::newRow("shared, one pass") << true << 1;
+    QTest::newRow("shared, two slices") << true << 2;
+}
+
+// The engine's step with sparse embedding gradients (the touched rows updated, the others only
+// decayed) against torch::optim::RMSprop after nn::Embedding's dense backward and
+// clip_grad_norm_, on a vocabulary of 60 words and two batches over different words.
+void TestModel::sparseEmbeddingStepMatchesTorchRmsprop()
+{
+    QFETCH(bool, shared);
+    QFETCH(int, threads);
+    TrainConfig cfg = tinyTraining();
+    cfg.model.vocabSize = 60;
+    cfg.model.embedDim = 6;
+    cfg.model.sharedEmbedding = shared;
+    cfg.optimizer = OptimizerKind::RMSprop;
+    cfg.learningRate = 1e-3;
+    cfg.clipNorm = 0.05; // small enough to clip
+    // 16 pairs (two slices of 8) over words [first, first + span).
+    auto examples = [](int64_t first, int64_t span) {
+        std::vector<Example> out;
+        for (int64_t i = 0; i < 16; ++i) {
+            Example e;
+            for (int64_t k = 0; k <= i % 4; ++k)
+                e.source.push_back(first + (i * 3 + k) % span);
+            e.target = { 2, first + (i * 5) % span, first + (i + 2) % span, 3 };
+            out.push_back(e);
+        }
+        return out;
+    };
+    const auto exA = examples(4, 16), exB = examples(30, 20);
+    const Batch a = collate(exA, range(0, 16), torch::kCPU), b = collate(exB, range(0, 16), torch::kCPU);
+    const int threadsBefore = at::get_num_threads();
+    at::set_num_threads(threads);
+    Stepper s = makeStepper(cfg, torch::kCPU, Precision::FP32);
+    Stepper ref = makeStepper(cfg, torch::kCPU, Precision::FP32);
+    QCOMPARE(stepParts(s, a), int64_t(threads));
+    auto referenceStep = [&](const Batch& batch) {
+        ref.model->train();
+        ref.model->setSparseEmbedding(false);
+        ref.optimizer->zero_grad();
+        (lossSum(ref, batch, true, 1.0, nullptr) / static_cast<double>(batch.tokens)).backward();
+        torch::nn::utils::clip_grad_norm_(ref.model->parameters(), cfg.clipNorm);
+        ref.optimizer->step();
+    };
+    auto squares = [](Stepper& st, const torch::Tensor& p) {
+        auto& state = st.optimizer->state();
+        return static_cast<torch::optim::RMSpropParamState&>(*state.at(p.unsafeGetTensorImpl())).square_avg().clone();
+    };
+    const auto table = s.model->encoderEmbedding->weight;
+    QVERIFY(trainStep(s, a).applied);
+    referenceStep(a);
+    at::set_num_threads(threadsBefore);
+    QVERIFY(table.grad().is_sparse()); // the sparse step did run
+    const auto wA = table.detach().clone(), saA = squares(s, table);
+    at::set_num_threads(threads);
+    QVERIFY(trainStep(s, b).applied);
+    referenceStep(b);
+    QVERIFY(trainStep(s, a).applied);
+    referenceStep(a);
+    at::set_num_threads(threadsBefore);
+    QVERIFY(weightsWithin(s, ref, 1e-5));
+    const auto params = s.model->parameters(), refParams = ref.model->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+        const double d = (squares(s, params[i]) - squares(ref, refParams[i])).abs().max().item<double>();
+        QVERIFY2(d < 1e-6, qPrintable(QString("parameter %1: running squares off by %2").arg(i).arg(d)));
+    }
+    // The gradient held only the rows the last batch read (A's words, 2 and 3), none of B's.
+    const auto rows = vec(table.grad()._indices());
+    QVERIFY(!rows.empty());
+    for (double r : rows)
+        QVERIFY2((r >= 4 && r < 20) || (shared && (r == 2 || r == 3)), qPrintable(QString::number(r)));
+    // Rows step A touched and step B did not: after B exactly A's weights and A's running squares
+    // times alpha (what torch::optim's update of a zero gradient gives, to the bit).
+    Stepper again = makeStepper(cfg, torch::kCPU, Precision::FP32);
+    at::set_num_threads(threads);
+    trainStep(again, a);
+    trainStep(again, b);
+    at::set_num_threads(threadsBefore);
+    const auto w = again.model->encoderEmbedding->weight.detach();
+    const auto sa = squares(again, again.model->encoderEmbedding->weight);
+    int checked = 0;
+    for (int64_t r = 4; r < 20; ++r) {
+        QVERIFY2(torch::equal(w[r], wA[r]), qPrintable(QString("row %1 moved").arg(r)));
+        QVERIFY2(torch::equal(sa[r], saA[r].mul(static_cast<float>(0.9))), qPrintable(QString("row %1").arg(r)));
+        QVERIFY(saA[r].abs().max().item<double>() > 0); // it had been touched
+        ++checked;
+    }
+    QCOMPARE(checked, 16);
 }
 
 void TestModel::gradientTimesInputMatchesTheEmbeddingGradient()

@@ -38,6 +38,7 @@ private Q_SLOTS:
     void fieldsOfTheWrongTypeAreNamed_data();
     void fieldsOfTheWrongTypeAreNamed();
     void damagedJsonIsNamedInWords();
+    void refusedJsonNamesItsLine();
     void oneWriterPerRun();
     void hugeNumbersAreErrors();
     void stepHistory();
@@ -377,6 +378,39 @@ void TestRuns::damagedJsonIsNamedInWords()
                 && !what.contains("json.exception"),
             e.what());
     }
+}
+
+// Found by the sixth hostile pass: a key repeated in a run file, a NUL in a key and nesting past
+// the limit were refused as "config.json:0", naming no line.
+void TestRuns::refusedJsonNamesItsLine()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    const auto refused = [&](const QByteArray& text) -> std::pair<long, std::string> {
+        testutil::writeFile(dir, "config.json", text);
+        try {
+            (void)loadRunConfig(run);
+        } catch (const Error& e) {
+            return { e.line(), e.message() };
+        }
+        return { -1, "read" };
+    };
+    // The string before the model holds what looks like the key and brackets; only keys count.
+    const QByteArray head = "{\"format\": \"chatbench-config\",\n \"note\": \"\\\"hidden\\\": 1, {[\",\n";
+    auto [line, what] = refused(head + " \"model\": {\"hidden\": 64,\n\n  \"embed\": 8, \"hidden\": 200}}\n");
+    QCOMPARE(line, 5L);
+    QVERIFY2(what.find("the key 'hidden' appears twice") != std::string::npos, what.c_str());
+    std::tie(line, what) = refused(head + " \"model\":\n {\"embed\": 8,\n  \"hid\\u0000den\": 2}}\n");
+    QCOMPARE(line, 5L);
+    QVERIFY2(what.find("holds a NUL character") != std::string::npos, what.c_str());
+    // The top object is depth 0, so the 100th bracket inside it is the first one refused: on the
+    // 100th line after the two of the head.
+    QByteArray deep = head + " \"model\":";
+    for (int i = 0; i < 150; ++i)
+        deep += "\n[";
+    std::tie(line, what) = refused(deep + QByteArray(150, ']') + "}\n");
+    QCOMPARE(line, 103L);
+    QVERIFY2(what.find("nested more than 100 levels deep") != std::string::npos, what.c_str());
 }
 
 void TestRuns::fieldsOfTheWrongTypeAreNamed()

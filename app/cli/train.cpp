@@ -121,14 +121,23 @@ int run(const TrainArgs& a)
 
     TrainResult r;
     if (a.resume) {
+        ResumeChanges changes;
+        changes.epochs = a.epochs.value_or(0);
+        changes.patience = a.patience;
+        changes.checkpointEverySteps = a.checkpointEvery;
+        changes.keepCheckpoints = a.keepCheckpoints;
+        changes.threads = a.threads;
+        changes.device = a.device;
+        if (a.tf32)
+            changes.tf32 = true;
         // The run's own corpus, unless the user names another (then the fingerprint must match).
         if (a.corpus.empty()) {
             const CancelWatch watch;
-            r = resume(a.run, cb, a.epochs.value_or(0));
+            r = resume(a.run, cb, changes);
         } else {
             const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
             const CancelWatch watch;
-            r = resume(a.run, corpus, cb, a.epochs.value_or(0));
+            r = resume(a.run, corpus, cb, changes);
         }
     } else {
         TrainArgs args = a;
@@ -199,7 +208,9 @@ void addTrainCommand(CLI::App& app, int& exitCode)
             // The corpus options describe --corpus; the run's own corpus is read as config.json says.
             static const std::set<std::string> corpusOptions { "--format", "--latin1", "--pairing", "--strict",
                 "--verbose", "--max-corpus-mb" };
-            static const std::set<std::string> kept { "--corpus", "--run", "--resume", "--quiet", "--epochs" };
+            // Where and how long it runs may change (config.json is rewritten with them).
+            static const std::set<std::string> kept { "--corpus", "--run", "--resume", "--quiet", "--epochs",
+                "--patience", "--checkpoint-every", "--keep-checkpoints", "--threads", "--device", "--tf32" };
             std::string given, withoutCorpus;
             for (const CLI::Option* o : cmd->get_options()) {
                 if (o->count() == 0 || kept.count(o->get_name()))
@@ -211,7 +222,8 @@ void addTrainCommand(CLI::App& app, int& exitCode)
             }
             if (!given.empty())
                 throw Error("--resume continues the run with the settings in its config.json; " + given
-                    + " cannot change there (only --epochs and, with --corpus, the corpus options can)");
+                    + " cannot change there (only --epochs, --patience, --checkpoint-every, --keep-checkpoints, "
+                      "--threads, --device, --tf32 and, with --corpus, the corpus options can)");
             if (!withoutCorpus.empty())
                 throw Error(withoutCorpus
                     + " apply to --corpus; without it the run's own corpus is read as its config.json says (give "

@@ -17,14 +17,49 @@ std::string jsonMessage(const nlohmann::json::exception& e)
     return tag == std::string::npos ? what : what.substr(tag + 2);
 }
 
+namespace {
+
+// Where the n-th (0-based) key, or the n-th opening bracket, of well-formed JSON text starts.
+// The parser's callback is told neither, only the order in which it meets them, and the text up
+// to that point has parsed, so counting them in the text finds the place.
+size_t offsetOfNth(std::string_view text, bool key, size_t n)
+{
+    size_t seen = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '"') {
+            const size_t start = i;
+            for (++i; i < text.size() && text[i] != '"'; ++i)
+                if (text[i] == '\\')
+                    ++i;
+            size_t next = i + 1;
+            while (next < text.size()
+                && (text[next] == ' ' || text[next] == '\t' || text[next] == '\n' || text[next] == '\r'))
+                ++next;
+            if (key && next < text.size() && text[next] == ':' && seen++ == n)
+                return start;
+        } else if (!key && (c == '{' || c == '[') && seen++ == n) {
+            return i;
+        }
+    }
+    return 0;
+}
+
+} // namespace
+
 nlohmann::json parseUniqueKeys(std::string_view text)
 {
     using Event = nlohmann::json::parse_event_t;
     std::vector<std::set<std::string>> objects; // the keys of each object open at this point
+    size_t keys = 0, opened = 0; // how many keys and brackets the parser has met
     const nlohmann::json::parser_callback_t seen = [&](int depth, Event event, nlohmann::json& parsed) {
-        if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxJsonDepth)
-            throw RefusedJson("values are nested more than " + std::to_string(kMaxJsonDepth)
-                + " levels deep (lists or objects inside each other): not a file this reads");
+        if (event == Event::object_start || event == Event::array_start) {
+            if (depth >= kMaxJsonDepth)
+                throw RefusedJson("values are nested more than " + std::to_string(kMaxJsonDepth)
+                        + " levels deep (lists or objects inside each other): not a file this reads",
+                    offsetOfNth(text, false, opened));
+            ++opened;
+        }
         if (event == Event::object_start) {
             objects.emplace_back();
         } else if (event == Event::object_end) {
@@ -33,10 +68,13 @@ nlohmann::json parseUniqueKeys(std::string_view text)
         } else if (event == Event::key && !objects.empty()) {
             const std::string& key = parsed.get_ref<const std::string&>();
             if (key.find('\0') != std::string::npos) // no C string of ours could hold it whole
-                throw RefusedJson("the key '" + printable(key) + "' holds a NUL character (\\u0000)");
+                throw RefusedJson(
+                    "the key '" + printable(key) + "' holds a NUL character (\\u0000)", offsetOfNth(text, true, keys));
             if (!objects.back().insert(key).second)
                 throw RefusedJson("the key '" + printable(key)
-                    + "' appears twice in one object (which one counts is not defined): keep one");
+                        + "' appears twice in one object (which one counts is not defined): keep one",
+                    offsetOfNth(text, true, keys));
+            ++keys;
         }
         return true;
     };
@@ -55,7 +93,7 @@ nlohmann::json parseDocument(
     try {
         j = parseUniqueKeys(text);
     } catch (const RefusedJson& e) {
-        throw Error(file, 0, e.what());
+        throw Error(file, text::lineOfOffset(text, e.offset), e.what());
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(file, text::lineOfOffset(text, e.byte), "not valid JSON: " + jsonMessage(e));
     } catch (const nlohmann::json::exception& e) { // e.g. a number too large for a double (found by fuzzing)

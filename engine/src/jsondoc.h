@@ -16,8 +16,14 @@ std::string jsonMessage(const nlohmann::json::exception& e);
 // JSON this project refuses although it is well formed: an object holding one key twice
 // (nlohmann-json, like most parsers, keeps the last), or values nested deeper than any file here
 // (kMaxJsonDepth; printing such a value recurses once per level and overflows the stack).
+// `offset` is where in the text (0-based) the refused key or opening bracket starts.
 struct RefusedJson : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    RefusedJson(const std::string& message, size_t offset)
+        : std::runtime_error(message)
+        , offset(offset)
+    {
+    }
+    size_t offset;
 };
 constexpr int kMaxJsonDepth = 100;
 // nlohmann::json::parse, refusing repeated keys and deep nesting (RefusedJson) as it reads.

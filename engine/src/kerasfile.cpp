@@ -758,10 +758,15 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
 
 json parseJson(const std::string& bytes, const std::string& file, const std::string& what)
 {
+    // `what` is a member of the archive or a string inside a file, so its own line is named in the
+    // message rather than as the file's.
+    const auto at = [&](size_t offset) { return " (line " + std::to_string(text::lineOfOffset(bytes, offset)) + ")"; };
     try {
         return parseUniqueKeys(bytes);
     } catch (const RefusedJson& e) {
-        throw Error(file, 0, what + ": " + e.what());
+        throw Error(file, 0, what + at(e.offset) + ": " + e.what());
+    } catch (const json::parse_error& e) {
+        throw Error(file, 0, what + at(e.byte) + " is not valid JSON: " + jsonMessage(e));
     } catch (const json::exception& e) {
         throw Error(file, 0, what + " is not valid JSON: " + jsonMessage(e));
     }

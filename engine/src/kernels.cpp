@@ -134,6 +134,12 @@ CHATBENCH_CLONES void lstmBackwardStep(int64_t B, int64_t H, float* dh, const fl
     }
 }
 
+CHATBENCH_CLONES void scaleSquares(float* sa, int64_t n, float alpha)
+{
+    for (int64_t k = 0; k < n; ++k)
+        sa[k] *= alpha;
+}
+
 CHATBENCH_CLONES void addInto(float* __restrict dst, const float* __restrict src, int64_t n)
 {
     for (int64_t k = 0; k < n; ++k)

@@ -9,6 +9,11 @@ namespace chatbench::kernels {
 // RMSprop on elements [0, n): sa = alpha·sa + (1 − alpha)·(scale·g)²; w −= lr·scale·g / (√sa + eps).
 void rmspropUpdate(float* w, const float* g, float* sa, int64_t n, float alpha, float eps, float lr, float scale);
 
+// rmspropUpdate's effect on elements whose gradient is zero: sa = alpha·sa, w unchanged. The
+// same floats as rmspropUpdate with g = 0 (alpha·sa + (1 − alpha)·0² rounds as alpha·sa does,
+// fused multiply-add or not; w − lr·0 / (√sa + eps) is w).
+void scaleSquares(float* sa, int64_t n, float alpha);
+
 // One LSTM step for B rows of H units, after the products. acts (B, 4H) holds the pre-activations
 // of i, f, g and o, and becomes sigmoid(i), sigmoid(f), tanh(g) and sigmoid(o); then
 // c = f·cPrev + i·tanh(g), tanhC = tanh(c), h = o·tanhC (tanh as 2·sigmoid(2x) − 1).

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "maskedlstm.h"
+#include "sparselookup.h"
 
 #include <limits>
 #include <string>
@@ -61,10 +62,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Seq2SeqImpl::runMasked(t
     return { in, torch::stack(hs), torch::stack(cs) }; // (B, T, H), (L, B, H), (L, B, H)
 }
 
+torch::Tensor Seq2SeqImpl::embed(torch::nn::Embedding& embedding, const torch::Tensor& ids)
+{
+    if (m_sparseEmbedding && torch::GradMode::is_enabled() && embedding->weight.requires_grad())
+        return sparseGradLookup(embedding->weight, ids, embedding->options.padding_idx().value_or(-1));
+    return embedding(ids);
+}
+
 EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor& lengths)
 {
     EncoderOutput enc;
-    auto x = dropout(encoderEmbedding(src)); // (B, S, E)
+    auto x = dropout(embed(encoderEmbedding, src)); // (B, S, E)
     if (m_maskedLstm) {
         const auto zeros = torch::zeros({ m_cfg.layers, src.size(0), m_cfg.hidden }, x.options());
         auto [out, h, c] = runMasked(encoder, x, zeros, zeros, lengths.to(torch::kCPU));
@@ -105,7 +113,7 @@ DecoderOutput Seq2SeqImpl::decodeHidden(
     const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
 {
     DecoderOutput dec;
-    auto x = dropout(decoderEmbedding(input)); // (B, T, E)
+    auto x = dropout(embed(decoderEmbedding, input)); // (B, T, E)
     torch::Tensor out; // (B, T, H)
     // One step at a time outside training (replies), nn::LSTM: the engine's layer prepares its
     // weights per call, which pays over a whole sequence, not per token.

@@ -52,6 +52,10 @@ public:
     bool maskedLstm() const { return m_maskedLstm; }
     // The operand type of the masked layers' bulk products (and the trainer's projected loss).
     torch::ScalarType gemmType() const { return m_gemmType; }
+    // On: the embedding weights' gradients come out sparse (sparseGradLookup: the rows a batch
+    // read, coalesced), for a training step that updates only those rows (CPU fp32 weights).
+    void setSparseEmbedding(bool on) { m_sparseEmbedding = on; }
+    bool sparseEmbedding() const { return m_sparseEmbedding; }
 
     torch::nn::Embedding encoderEmbedding { nullptr };
     torch::nn::Embedding decoderEmbedding { nullptr }; // the same module as encoderEmbedding when shared
@@ -67,8 +71,12 @@ private:
     std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> runMasked(torch::nn::LSTM& lstm, const torch::Tensor& x,
         const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& lengths);
 
+    // embedding(ids), through sparseGradLookup when sparse embedding gradients are on.
+    torch::Tensor embed(torch::nn::Embedding& embedding, const torch::Tensor& ids);
+
     ModelConfig m_cfg;
     bool m_maskedLstm = false;
+    bool m_sparseEmbedding = false;
     torch::ScalarType m_gemmType = torch::kFloat32;
 };
 TORCH_MODULE(Seq2Seq);

@@ -435,8 +435,10 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     return loop(s, cb);
 }
 
-TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, int epochs)
+TrainResult resume(
+    const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, const ResumeChanges& changes)
 {
+    const int epochs = changes.epochs;
     Session s;
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
@@ -493,10 +495,33 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
         throw Error(runDir, 0,
             "the run has trained " + std::to_string(s.state.epoch) + " epochs; --epochs " + std::to_string(epochs)
                 + " is fewer: give more to train further (config.json keeps " + std::to_string(s.cfg.epochs) + ")");
-    if (epochs > 0 && epochs != s.cfg.epochs) {
-        s.cfg.epochs = epochs;
-        s.state.finished = s.state.epoch >= epochs;
-        writeFileAtomic(configPath(runDir), toJson(s.cfg));
+    {
+        TrainConfig changed = s.cfg;
+        if (epochs > 0)
+            changed.epochs = epochs;
+        const auto set = [](auto& field, const auto& value) {
+            if (value)
+                field = *value;
+        };
+        set(changed.patience, changes.patience);
+        set(changed.checkpointEverySteps, changes.checkpointEverySteps);
+        set(changed.keepCheckpoints, changes.keepCheckpoints);
+        set(changed.threads, changes.threads);
+        set(changed.device, changes.device);
+        set(changed.tf32, changes.tf32);
+        validate(changed);
+        if (changed.threads != s.cfg.threads)
+            log(cb,
+                "threads " + (s.cfg.threads ? std::to_string(s.cfg.threads) : std::string("default")) + " -> "
+                    + (changed.threads ? std::to_string(changed.threads) : std::string("default"))
+                    + ": sums are rounded in another order, so the losses may differ in the last digits from an "
+                      "uninterrupted run");
+        if (epochs > 0 && epochs != s.cfg.epochs)
+            s.state.finished = s.state.epoch >= epochs;
+        if (toJson(changed) != toJson(s.cfg)) {
+            s.cfg = changed;
+            writeFileAtomic(configPath(runDir), toJson(s.cfg));
+        }
     }
     // Finished means all epochs done or stopped early; a resume that raised the epochs and then
     // failed (a full disk) leaves config.json ahead of state.json: not finished.
@@ -527,9 +552,23 @@ TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainC
     return loop(s, cb);
 }
 
+TrainResult resume(const std::string& runDir, const TrainCallbacks& cb, const ResumeChanges& changes)
+{
+    return resume(runDir, loadRunCorpus(runDir), cb, changes);
+}
+
+TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, int epochs)
+{
+    ResumeChanges changes;
+    changes.epochs = epochs;
+    return resume(runDir, corpus, cb, changes);
+}
+
 TrainResult resume(const std::string& runDir, const TrainCallbacks& cb, int epochs)
 {
-    return resume(runDir, loadRunCorpus(runDir), cb, epochs);
+    ResumeChanges changes;
+    changes.epochs = epochs;
+    return resume(runDir, cb, changes);
 }
 
 std::string describe(const TrainResult& r)

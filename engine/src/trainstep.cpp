@@ -4,6 +4,7 @@
 #include "chatbench/tokenizer.h"
 #include "kernels.h"
 #include "projectedloss.h"
+#include "sparselookup.h"
 #include "torchutil.h"
 
 #include <ATen/Parallel.h>
@@ -183,34 +184,70 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
 namespace {
 
 // A plain RMSprop (one group; no weight decay, momentum or centring; every parameter with a
-// gradient CPU fp32 and contiguous), seen as the raw arrays its update runs over.
+// gradient CPU fp32 and contiguous, its gradient dense or, for a (V, E) table, sparse rows), seen
+// as the raw arrays its update runs over.
 struct PlainRmsprop {
     std::vector<float*> w; // each parameter with a gradient
-    std::vector<const float*> g; // its gradient
+    std::vector<const float*> g; // its gradient (sparse: the touched rows' values, row after row)
     std::vector<float*> squareAvg; // its optimizer state
     std::vector<int64_t> n; // its element count
+    std::vector<int64_t> gn; // its gradient's (n, or the touched rows' values)
+    std::vector<const int64_t*> rows; // a sparse gradient's touched rows, sorted; null: dense
+    std::vector<int64_t> width; // a sparse gradient's elements per row
     std::vector<torch::optim::RMSpropParamState*> states;
     float alpha = 0, eps = 0, lr = 0;
 };
 
-// The arrays of s's optimizer when it is a plain RMSprop (its state made where missing);
-// nullopt when it is anything else, which torch::optim then steps.
-std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
+// s's optimizer when it is an RMSprop of one group without weight decay, momentum or centring.
+torch::optim::RMSprop* plainRmspropOptimizer(const Stepper& s)
 {
     auto* rms = dynamic_cast<torch::optim::RMSprop*>(s.optimizer.get());
     if (!rms || rms->param_groups().size() != 1)
+        return nullptr;
+    const auto& o = static_cast<const torch::optim::RMSpropOptions&>(rms->param_groups().front().options());
+    return o.weight_decay() == 0 && o.momentum() == 0 && !o.centered() ? rms : nullptr;
+}
+
+// The arrays of s's optimizer when it is a plain RMSprop (its state made where missing; a sparse
+// gradient coalesced where it is not); nullopt when it is anything else, which torch::optim then
+// steps.
+std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
+{
+    auto* rms = plainRmspropOptimizer(s);
+    if (!rms)
         return std::nullopt;
     auto& group = rms->param_groups().front();
     const auto& o = static_cast<const torch::optim::RMSpropOptions&>(group.options());
-    if (o.weight_decay() != 0 || o.momentum() != 0 || o.centered())
-        return std::nullopt;
     std::vector<torch::Tensor> params;
     for (const auto& p : group.params()) {
         if (!p.grad().defined())
             continue;
-        if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous()
-            || !p.grad().is_contiguous() || p.grad().scalar_type() != torch::kFloat32)
+        if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
             return std::nullopt;
+        const auto& g = p.grad();
+        if (g.is_sparse()) {
+            if (p.dim() != 2 || p.size(1) == 0 || g.sparse_dim() != 1 || g.dense_dim() != 1
+                || g.scalar_type() != torch::kFloat32)
+                return std::nullopt;
+            if (!g._indices().is_contiguous() || !g._values().is_contiguous()) {
+                p.mutable_grad() = sumSparseRows({ g });
+            } else if (!g.is_coalesced()) {
+                // backward() stores a lookup's gradient as a new tensor, unmarked; two lookups of
+                // one table (a shared embedding) or several passes leave the rows of each side by
+                // side.
+                const int64_t* rows = g._indices().data_ptr<int64_t>();
+                const int64_t touched = g._indices().numel();
+                bool increasing = true;
+                for (int64_t k = 1; k < touched && increasing; ++k)
+                    increasing = rows[k - 1] < rows[k];
+                if (increasing)
+                    g._coalesced_(true);
+                else
+                    p.mutable_grad() = sumSparseRows({ g });
+            }
+        } else if (!g.is_contiguous() || g.scalar_type() != torch::kFloat32) {
+            return std::nullopt;
+        }
         params.push_back(p);
     }
     PlainRmsprop r;
@@ -229,10 +266,21 @@ std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
         }
         auto* st = static_cast<torch::optim::RMSpropParamState*>(it->second.get());
         r.w.push_back(p.data_ptr<float>());
-        r.g.push_back(p.grad().data_ptr<float>());
         r.squareAvg.push_back(st->square_avg().data_ptr<float>());
         r.n.push_back(p.numel());
         r.states.push_back(st);
+        const auto& g = p.grad();
+        if (g.is_sparse()) {
+            r.g.push_back(g._values().data_ptr<float>());
+            r.gn.push_back(g._values().numel());
+            r.rows.push_back(g._indices().data_ptr<int64_t>());
+            r.width.push_back(p.size(1));
+        } else {
+            r.g.push_back(g.data_ptr<float>());
+            r.gn.push_back(p.numel());
+            r.rows.push_back(nullptr);
+            r.width.push_back(0);
+        }
     }
     return r;
 }
@@ -250,6 +298,27 @@ void rmspropRange(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, f
 {
     kernels::rmspropUpdate(
         r.w[i] + begin, r.g[i] + begin, r.squareAvg[i] + begin, end - begin, r.alpha, r.eps, r.lr, clip);
+}
+
+// RMSprop's update of rows [begin, end) of parameter i, whose gradient is sparse: the touched
+// rows get the whole update, the runs between them only the decay of their running squares —
+// the same floats the update of a zero gradient gives (kernels::scaleSquares).
+void rmspropRows(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, float clip)
+{
+    const int64_t E = r.width[i];
+    if (E <= 0)
+        return;
+    const int64_t touched = r.gn[i] / E;
+    const int64_t* rows = r.rows[i];
+    int64_t j = std::lower_bound(rows, rows + touched, begin) - rows;
+    int64_t next = begin; // the first row not yet updated
+    for (; j < touched && rows[j] < end; ++j) {
+        kernels::scaleSquares(r.squareAvg[i] + next * E, (rows[j] - next) * E, r.alpha);
+        kernels::rmspropUpdate(
+            r.w[i] + rows[j] * E, r.g[i] + j * E, r.squareAvg[i] + rows[j] * E, E, r.alpha, r.eps, r.lr, clip);
+        next = rows[j] + 1;
+    }
+    kernels::scaleSquares(r.squareAvg[i] + next * E, (end - next) * E, r.alpha);
 }
 
 void countRmspropStep(const PlainRmsprop& r)
@@ -271,15 +340,21 @@ bool fusedClipRmsprop(Stepper& s)
     if (s.clipNorm > 0)
         for (size_t i = 0; i < r->g.size(); ++i)
             sumsq += at::parallel_reduce(
-                0, r->n[i], 65536, 0.0,
+                0, r->gn[i], 65536, 0.0,
                 [&](int64_t begin, int64_t end, double acc) {
                     return acc + kernels::sumSquares(r->g[i] + begin, end - begin);
                 },
                 std::plus<double>());
     const float clip = clipFactor(s.clipNorm, sumsq);
     countRmspropStep(*r);
-    for (size_t i = 0; i < r->g.size(); ++i)
-        at::parallel_for(0, r->n[i], 16384, [&](int64_t begin, int64_t end) { rmspropRange(*r, i, begin, end, clip); });
+    for (size_t i = 0; i < r->g.size(); ++i) {
+        if (r->rows[i])
+            at::parallel_for(0, r->n[i] / r->width[i], std::max<int64_t>(1, 16384 / r->width[i]),
+                [&](int64_t begin, int64_t end) { rmspropRows(*r, i, begin, end, clip); });
+        else
+            at::parallel_for(
+                0, r->n[i], 16384, [&](int64_t begin, int64_t end) { rmspropRange(*r, i, begin, end, clip); });
+    }
     return true;
 }
 
@@ -419,11 +494,22 @@ PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double t
             /*create_graph=*/false, /*allow_unused=*/true);
         sums[i] = partSum.detach();
     });
-    // Each parameter's gradient: the first slice's, the others added to it in slice order.
+    // Each parameter's gradient: the first slice's, the others added to it in slice order; sparse
+    // ones (the embeddings') as one sparse gradient of the rows any slice touched.
     std::vector<torch::Tensor> total(params.size());
+    std::vector<torch::Tensor> summed(params.size()); // what the lanes add into and square
     std::vector<std::vector<torch::Tensor>> addends(params.size());
     bool raw = true; // every sum over plain fp32 arrays (else ATen adds them)
     for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<torch::Tensor> sparse;
+        for (auto& part : grads)
+            if (part[i].defined() && part[i].is_sparse())
+                sparse.push_back(part[i]);
+        if (!sparse.empty()) {
+            total[i] = sumSparseRows(sparse);
+            summed[i] = total[i]._values();
+            continue;
+        }
         for (const auto& part : grads) {
             const auto& g = part[i];
             if (!g.defined())
@@ -432,6 +518,7 @@ PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double t
                 // A parameter's grad is a dense tensor of its own, as backward() leaves it: the
                 // optimizer detaches it in place, which a view (attention's weights) refuses.
                 total[i] = g.is_view() || !g.is_contiguous() ? g.clone(torch::MemoryFormat::Contiguous) : g;
+                summed[i] = total[i];
                 raw = raw && total[i].scalar_type() == torch::kFloat32;
             } else {
                 addends[i].push_back(g);
@@ -444,14 +531,14 @@ PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double t
         std::vector<size_t> firstBlock(params.size() + 1, 0);
         for (size_t i = 0; i < params.size(); ++i)
             firstBlock[i + 1] = firstBlock[i]
-                + (total[i].defined() ? static_cast<size_t>((total[i].numel() + kLaneBlock - 1) / kLaneBlock) : 0);
+                + (summed[i].defined() ? static_cast<size_t>((summed[i].numel() + kLaneBlock - 1) / kLaneBlock) : 0);
         std::vector<double> squares(firstBlock.back(), 0.0);
         onCores(s, parts, parts, [&](int64_t k) {
             for (size_t i = 0; i < params.size(); ++i) {
-                if (!total[i].defined())
+                if (!summed[i].defined())
                     continue;
-                float* dst = total[i].data_ptr<float>();
-                const auto [begin, end] = laneShare(total[i].numel(), k, parts);
+                float* dst = summed[i].data_ptr<float>();
+                const auto [begin, end] = laneShare(summed[i].numel(), k, parts);
                 for (int64_t b = begin; b < end; b += kLaneBlock) {
                     const int64_t n = std::min(kLaneBlock, end - b);
                     for (const auto& g : addends[i])
@@ -539,10 +626,25 @@ void inPasses(
     }
 }
 
+namespace {
+
+// The parameters' sparse gradients made dense, for the steps that only take dense ones.
+void denseGradients(Stepper& s)
+{
+    for (auto& p : s.model->parameters())
+        if (p.grad().defined() && p.grad().is_sparse())
+            p.mutable_grad() = p.grad().to_dense();
+}
+
+} // namespace
+
 StepOutcome trainStep(Stepper& s, const Batch& batch)
 {
     const bool scaleLoss = s.lossScaling;
     s.model->train();
+    // Sparse embedding gradients where the engine's own RMSprop steps the weights (it walks the
+    // rows a batch did not touch with their running squares' decay alone).
+    s.model->setSparseEmbedding(s.device.is_cpu() && !scaleLoss && plainRmspropOptimizer(s));
     const double tokens = static_cast<double>(batch.tokens);
     torch::Tensor sum; // summed over the passes, in the loss' own dtype (one pass: as it was)
     auto restart = [&] {
@@ -568,6 +670,7 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
     StepOutcome out;
     out.applied = true;
     if (scaleLoss) {
+        denseGradients(s);
         for (auto& p : s.model->parameters())
             if (p.grad().defined())
                 p.grad().div_(s.lossScale);
@@ -590,12 +693,19 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
     if (!out.applied)
         return out;
     if (gradSquares) {
-        // The update in the lanes too, each over its share of the elements.
+        // The update in the lanes too, each over its share of the elements (of the rows, for a
+        // sparse gradient).
         if (const auto r = plainRmsprop(s)) {
             const float clip = clipFactor(s.clipNorm, *gradSquares);
             countRmspropStep(*r);
             onCores(s, parts, parts, [&](int64_t k) {
                 for (size_t i = 0; i < r->n.size(); ++i) {
+                    if (r->rows[i]) {
+                        const int64_t rows = r->n[i] / r->width[i];
+                        if (rows * k / parts < rows * (k + 1) / parts)
+                            rmspropRows(*r, i, rows * k / parts, rows * (k + 1) / parts, clip);
+                        continue;
+                    }
                     const auto [begin, end] = laneShare(r->n[i], k, parts);
                     if (begin < end)
                         rmspropRange(*r, i, begin, end, clip);
@@ -605,6 +715,7 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
         }
     }
     if (!fusedClipRmsprop(s)) {
+        denseGradients(s);
         if (s.clipNorm > 0)
             torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.clipNorm);
         s.optimizer->step();

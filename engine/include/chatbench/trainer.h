@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,11 +55,24 @@ struct TrainResult {
 TrainResult train(
     const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb = {});
 
-// Continues a run from its last checkpoint, bit-for-bit as if it had not stopped (same device and
-// threads). `epochs` > 0 changes the target epoch count. The corpus must be the one the run
-// started with (checked by fingerprint). Throws Error.
-TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb = {}, int epochs = 0);
+// What a resume may change: the settings outside the recipe (recipeJson). Each one given replaces
+// config.json's, which is rewritten with it; unset ones stay as they are.
+struct ResumeChanges {
+    int epochs = 0; // > 0: the new target epoch count (at least the epochs done)
+    std::optional<int> patience, checkpointEverySteps, keepCheckpoints, threads;
+    std::optional<std::string> device;
+    std::optional<bool> tf32;
+};
+
+// Continues a run from its last checkpoint, bit-for-bit as if it had not stopped (on the same
+// device and threads; other threads round sums in another order). The corpus must be the one the
+// run started with (checked by fingerprint). Throws Error.
+TrainResult resume(
+    const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, const ResumeChanges& changes);
 // The same on the corpus the run names in its config.json (path, format, encoding), reloaded.
+TrainResult resume(const std::string& runDir, const TrainCallbacks& cb, const ResumeChanges& changes);
+// Resumes changing at most the epoch count (`epochs` > 0).
+TrainResult resume(const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb = {}, int epochs = 0);
 TrainResult resume(const std::string& runDir, const TrainCallbacks& cb = {}, int epochs = 0);
 
 // "finished after 3 epoch(s), 120 steps in 12.3 s on cpu fp32; final train loss 2.1234, best
