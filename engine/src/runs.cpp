@@ -670,12 +670,24 @@ constexpr const char* kStepsLinked
       "replace it with a copy (cp steps.csv s && mv s steps.csv)";
 constexpr const char* kStepsNotPlain = "is not a regular file: remove it (it holds the run's loss per step)";
 
-std::string stepsHeader()
+// steps.csv's rows, as appended (after the header when `header`).
+std::string stepsText(const std::vector<StepMetrics>& rows, bool header)
 {
-    std::string h;
-    for (size_t i = 0; i < std::size(kStepColumns); ++i)
-        h += (i ? std::string(",") : std::string()) + kStepColumns[i];
-    return h + "\n";
+    std::ostringstream out;
+    out.precision(8);
+    for (size_t i = 0; header && i < std::size(kStepColumns); ++i)
+        out << (i ? "," : "") << kStepColumns[i] << (i + 1 == std::size(kStepColumns) ? "\n" : "");
+    for (const auto& m : rows)
+        out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
+            << '\n';
+    return out.str();
+}
+
+// Whether a row read (`ok`: every cell a number) joins `kept`: a real step no later than `last`,
+// after the rows kept so far.
+bool keepsRow(const std::vector<StepMetrics>& kept, const StepMetrics& m, bool ok, int64_t last)
+{
+    return ok && m.epoch >= 0 && m.step >= 1 && m.step <= last && (kept.empty() || m.step > kept.back().step);
 }
 
 } // namespace
@@ -691,8 +703,7 @@ std::vector<StepMetrics> readRunSteps(const std::string& runDir)
     }
     std::vector<StepMetrics> out;
     readCsv(fs::path(runDir) / kStepsFile, kStepColumns, [&](auto&& number, bool& ok, int64_t) {
-        const StepMetrics m = stepRow(number);
-        if (ok && m.epoch >= 0 && m.step >= 1 && m.step <= last && (out.empty() || m.step > out.back().step))
+        if (const StepMetrics m = stepRow(number); keepsRow(out, m, ok, last))
             out.push_back(m);
         return true;
     });
@@ -714,14 +725,7 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
     case OwnFile::NotPlain: throw Error(path, 0, kStepsNotPlain);
     case OwnFile::Failed: throw Error(path, 0, std::string("cannot append: ") + std::strerror(errno));
     }
-    std::ostringstream out;
-    out.precision(8);
-    if (size == 0)
-        out << stepsHeader();
-    for (const auto& m : rows)
-        out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
-            << '\n';
-    const std::string bytes = out.str();
+    const std::string bytes = stepsText(rows, size == 0);
     size_t done = 0;
     int err = 0;
     while (done < bytes.size()) {
@@ -769,21 +773,14 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
             else if (cut < 0)
                 cut = offset;
         }
-        const StepMetrics m = stepRow(number);
-        if (ok && m.epoch >= 0 && m.step >= 1 && m.step <= upToStep && (kept.empty() || m.step > kept.back().step))
+        if (const StepMetrics m = stepRow(number); keepsRow(kept, m, ok, upToStep))
             kept.push_back(m);
         return true;
     });
     if (!file.columns || !file.exact) {
         // No header of ours (its rows could not be read anyway), or the columns in another order,
         // which the next append would not follow: written afresh in ours, with the rows kept.
-        std::ostringstream out;
-        out.precision(8);
-        out << stepsHeader();
-        for (const auto& m : kept)
-            out << m.epoch + 1 << ',' << m.step << ',' << m.loss << ',' << m.tokensPerSecond << ',' << m.elapsedSeconds
-                << '\n';
-        writeFileAtomic(path.string(), out.str());
+        writeFileAtomic(path.string(), stepsText(kept, /*header=*/true));
         return;
     }
     if (cut < 0) // a last line without its line break was cut short by a kill: it goes too
