@@ -422,13 +422,16 @@ void TestCli::stopAndResume()
         "3", "--patience", "60", "--checkpoint-every", "500" });
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QVERIFY(r.out.contains("finished after 40 epoch(s)"));
-    QVERIFY2(r.out.contains("note: threads default -> 1: sums are rounded in another order"), qPrintable(r.out));
+    // Another thread count is announced (from 0, the process' default, only where that differs).
+    const Run more2 = cli({ "train", "--resume", "--run", run, "--epochs", "41", "--threads", "2" });
+    QVERIFY2(more2.code == 0, qPrintable(more2.out + more2.err));
+    QVERIFY2(more2.out.contains("note: threads 1 -> 2: sums are rounded in another order"), qPrintable(more2.out));
     const QJsonObject after = QJsonDocument::fromJson(testutil::readFile(config)).object();
-    QCOMPARE(after["device"].toObject()["threads"].toInt(), 1);
+    QCOMPARE(after["device"].toObject()["threads"].toInt(), 2);
     QCOMPARE(after["train"].toObject()["keep_checkpoints"].toInt(), 3);
     QCOMPARE(after["train"].toObject()["patience"].toInt(), 60);
     QCOMPARE(after["train"].toObject()["checkpoint_every_steps"].toInt(), 500);
-    QCOMPARE(after["train"].toObject()["epochs"].toInt(), 40);
+    QCOMPARE(after["train"].toObject()["epochs"].toInt(), 41);
     QCOMPARE(QDir(run).entryList({ "ckpt-*.pt" }, QDir::Files).size(), 3);
 }
 

@@ -963,9 +963,16 @@ void TestUi::curvesSurviveStopResumeAndReopen()
     const int saved = static_cast<int>(readRunSteps(run.toStdString()).size());
     QVERIFY2(saved >= 20, qPrintable(QString::number(saved)));
     QCOMPARE(static_cast<int>(readRunSteps(run.toStdString()).back().step), saved); // steps 1..n, none missing
+    // Resume runs where the device box says (as Train does): here on one thread fewer, where
+    // there are two or more.
+    const int threadsBefore = loadRunConfig(run.toStdString()).threads;
+    TrainConfig form = smallConfig(6);
+    form.threads = std::max(1, threadsBefore - 1);
+    train->setConfig(form);
     train->resumeButton()->click();
     QVERIFY(train->plot()->stepPoints() >= saved); // the history is drawn before the first new step
     QVERIFY(finished.wait(120000));
+    QCOMPARE(loadRunConfig(run.toStdString()).threads, form.threads);
     const auto all = readRunSteps(run.toStdString());
     QCOMPARE(train->plot()->stepPoints(), static_cast<int>(all.size()));
     QCOMPARE(static_cast<int>(all.back().step), static_cast<int>(all.size()));

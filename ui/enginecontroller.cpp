@@ -92,14 +92,14 @@ public:
             [&](const TrainCallbacks& cb) { return chatbench::train(cfg, *m_corpus, runDir.toStdString(), cb); });
     }
 
-    void resume(const QString& runDir, int epochs)
+    void resume(const QString& runDir, const ResumeChanges& changes)
     {
         run(runDir, [&](const TrainCallbacks& cb) {
             // A run not bound to a corpus yet (an imported model) fine-tunes on the loaded one.
             const std::string dir = runDir.toStdString();
             if (m_corpus && loadRunConfig(dir).corpus.empty())
-                return chatbench::resume(dir, *m_corpus, cb, epochs);
-            return chatbench::resume(dir, cb, epochs);
+                return chatbench::resume(dir, *m_corpus, cb, changes);
+            return chatbench::resume(dir, cb, changes);
         });
     }
 
@@ -508,11 +508,18 @@ void EngineController::startTraining(const TrainConfig& config, const QString& r
 
 void EngineController::resume(const QString& runDir, int epochs)
 {
+    ResumeChanges changes;
+    changes.epochs = epochs;
+    resume(runDir, changes);
+}
+
+void EngineController::resume(const QString& runDir, const ResumeChanges& changes)
+{
     if (m_training || m_benchmarking)
         return;
     m_training = true;
     m_cancel->store(false);
-    post(m_engine, [w = m_engine, runDir, epochs] { w->resume(runDir, epochs); });
+    post(m_engine, [w = m_engine, runDir, changes] { w->resume(runDir, changes); });
 }
 
 void EngineController::runBench(const BenchConfig& config)

@@ -121,6 +121,8 @@ public:
     void startTraining(const chatbench::TrainConfig& config, const QString& runDir);
     // Continues a run on the corpus its config.json names (reloaded by the engine).
     void resume(const QString& runDir, int epochs = 0);
+    // The same, changing what a resume may change (the device, threads, epochs …).
+    void resume(const QString& runDir, const chatbench::ResumeChanges& changes);
     void stop();
     // Loads a saved run to chat with (and its history for the plots).
     // Opens a run for chat: its latest checkpoint, or (`best`) its best-validation weights.

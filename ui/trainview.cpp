@@ -124,7 +124,8 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
     m_stop->setToolTip(tr("Stop after the current batch and save a checkpoint (Ctrl+.)"));
     m_stop->setShortcut(QKeySequence("Ctrl+."));
     m_resume = new QPushButton(tr("Resume"));
-    m_resume->setToolTip(tr("Continue the selected run from its last checkpoint (Ctrl+R)"));
+    m_resume->setToolTip(tr("Continue the selected run from its last checkpoint, to the epochs and on the device and "
+                            "threads set here; the rest of its settings are the run's own (Ctrl+R)"));
     m_resume->setShortcut(QKeySequence("Ctrl+R"));
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_train);
@@ -499,5 +500,12 @@ void TrainView::resumeTraining()
     showRunCurves(m_currentRun); // the whole run so far; the resumed steps continue it
     setRunning(true);
     m_eta->setText(tr("resuming %1…").arg(QFileInfo(m_currentRun).fileName()));
-    m_engine->resume(m_currentRun, m_epochs->value());
+    // Where it runs is what the device box shows (as for Train); what fixes the run's course stays.
+    const TrainConfig form = config();
+    ResumeChanges changes;
+    changes.epochs = m_epochs->value();
+    changes.device = form.device;
+    changes.threads = form.threads;
+    changes.tf32 = form.tf32;
+    m_engine->resume(m_currentRun, changes);
 }

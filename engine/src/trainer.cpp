@@ -510,10 +510,11 @@ TrainResult resume(
         set(changed.device, changes.device);
         set(changed.tf32, changes.tf32);
         validate(changed);
-        if (changed.threads != s.cfg.threads)
+        // 0 is whatever the process has (torch's default, or what the last run set).
+        const auto used = [](int threads) { return threads > 0 ? threads : torch::get_num_threads(); };
+        if (s.cfg.device == "cpu" && changed.device == "cpu" && used(changed.threads) != used(s.cfg.threads))
             log(cb,
-                "threads " + (s.cfg.threads ? std::to_string(s.cfg.threads) : std::string("default")) + " -> "
-                    + (changed.threads ? std::to_string(changed.threads) : std::string("default"))
+                "threads " + std::to_string(used(s.cfg.threads)) + " -> " + std::to_string(used(changed.threads))
                     + ": sums are rounded in another order, so the losses may differ in the last digits from an "
                       "uninterrupted run");
         if (epochs > 0 && epochs != s.cfg.epochs)
