@@ -14,7 +14,38 @@
 #include <utility>
 #include <vector>
 
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace testutil {
+
+// While it lives, this process reads and writes files as their modes say even as root: the
+// capabilities that bypass file permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) are dropped
+// from its effective set, and raised again at the end.
+class DacBypassOff {
+public:
+    DacBypassOff()
+    {
+        if (::syscall(SYS_capget, &m_header, m_saved) != 0)
+            return;
+        __user_cap_data_struct lowered[2] = { m_saved[0], m_saved[1] };
+        lowered[0].effective &= ~((1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH));
+        m_changed = ::syscall(SYS_capset, &m_header, lowered) == 0;
+    }
+    ~DacBypassOff()
+    {
+        if (m_changed)
+            (void)::syscall(SYS_capset, &m_header, m_saved);
+    }
+    DacBypassOff(const DacBypassOff&) = delete;
+    DacBypassOff& operator=(const DacBypassOff&) = delete;
+
+private:
+    __user_cap_header_struct m_header { _LINUX_CAPABILITY_VERSION_3, 0 };
+    __user_cap_data_struct m_saved[2] {};
+    bool m_changed = false;
+};
 
 // Twelve question/answer pairs a small model learns by heart in a few seconds: the training and
 // explanation suites train on them.

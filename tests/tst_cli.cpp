@@ -466,6 +466,15 @@ void TestCli::chatLineEndingsAndControlBytes()
     QCOMPARE(t.code, 0);
     QVERIFY2(!t.out.contains(QChar(0x1B)) && t.out.contains("odd\\x1B[31m\\x0Aname"), qPrintable(t.out));
     QVERIFY2(!t.err.contains(QChar(0x1B)), qPrintable(t.err));
+    // The explanation's words, the compared question and a refused --force word went out raw.
+    const Run e
+        = cli({ "chat", "--run", m_run, "--once", "how old \x1B[2Jare you", "--compare", "bye\x1B[31mRED\x1B[0m\x07" });
+    QCOMPARE(e.code, 0);
+    QVERIFY2(!e.out.contains(QChar(0x1B)) && !e.out.contains(QChar(0x07)) && e.out.contains("bye\\x1B[31mRED"),
+        qPrintable(e.out));
+    const Run f = cli({ "chat", "--run", m_run, "--once", "how old are you", "--force", "0:\x1B[2Jx" });
+    QCOMPARE(f.code, 1);
+    QVERIFY2(!f.err.contains(QChar(0x1B)) && f.err.contains("\\x1B[2Jx"), qPrintable(f.err));
 }
 
 void TestCli::explainRefusesAChangedCorpus()
@@ -509,6 +518,28 @@ void TestCli::corruptRunFilesAndTwoWriters()
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains(run + "/state.json") && r.err.contains("batch_in_epoch"), qPrintable(r.err));
     testutil::writeFile(m_dir, "hurt/state.json", good);
+    // A batch index past the epoch's batches silently skipped an epoch ("train loss nan"), and a
+    // folder where metrics.csv goes stopped the run only after an epoch's work.
+    const QString two = m_dir.filePath("hurt-two");
+    QVERIFY(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", two, "--epochs", "2" }).code == 0);
+    QFile st2(two + "/state.json");
+    QVERIFY(st2.open(QIODevice::ReadOnly));
+    const QByteArray good2 = st2.readAll();
+    st2.close();
+    QJsonObject j2 = QJsonDocument::fromJson(good2).object();
+    j2["batch_in_epoch"] = j2["step"].toInt(); // two epochs' worth
+    testutil::writeFile(m_dir, "hurt-two/state.json", QJsonDocument(j2).toJson());
+    const Run past = cli({ "train", "--resume", "--run", two, "--epochs", "3" });
+    QCOMPARE(past.code, 1);
+    QVERIFY2(past.err.contains(two + "/state.json") && past.err.contains("'batch_in_epoch' is")
+            && past.err.contains("batches"),
+        qPrintable(past.err));
+    testutil::writeFile(m_dir, "hurt-two/state.json", good2);
+    QVERIFY(QFile::remove(two + "/metrics.csv") && QDir(two).mkdir("metrics.csv"));
+    const Run folder = cli({ "train", "--resume", "--run", two, "--epochs", "3" });
+    QCOMPARE(folder.code, 1);
+    QVERIFY2(folder.err.contains(two + "/metrics.csv: is not a regular file") && !folder.out.contains("epoch   3"),
+        qPrintable(folder.out + folder.err));
     // A checkpoint overwritten with garbage: an error naming the file.
     const QString ckpt = run + "/" + QJsonDocument::fromJson(good).object()["checkpoint"].toString();
     QFile c(ckpt);
@@ -769,6 +800,15 @@ void TestCli::bench()
         qPrintable(folder.err));
     QVERIFY(cli({ "bench", "--batch", "0" }).code != 0);
     QVERIFY(cli({ "bench", "--precision", "fp8" }).code != 0);
+    // Nothing to measure (fp16 needs a GPU) exited 0 and replaced the report with an empty one.
+    const QByteArray before = testutil::readFile(out);
+    const Run nothing = cli({ "bench", "--corpus", m_corpus, "--preset", "quick", "--device", "cpu", "--precision",
+        "fp16", "--no-epoch", "--out", out });
+    QCOMPARE(nothing.code, 1);
+    QVERIFY2(nothing.err.contains("nothing was measured") && nothing.err.contains("fp16")
+            && nothing.err.contains("was not written"),
+        qPrintable(nothing.err));
+    QCOMPARE(testutil::readFile(out), before);
     // Stopped by SIGTERM once timing has begun: the report holds what was measured and says so,
     // and the exit status is train's for a stop (130), not 0 (found by an outside pass).
     const QString cut = m_dir.filePath("cut.json");
@@ -816,6 +856,16 @@ void TestCli::importKeras()
     QCOMPARE(word.code, 1);
     QVERIFY2(word.err.contains("'sos'"), qPrintable(word.err));
     QVERIFY(!QDir(m_dir.filePath("never-keras")).exists());
+    // The oov word as the end word gave replies that never ended; as the start word, unknown words
+    // a zero row instead of Keras' own (found by an outside pass).
+    for (const char* which : { "--end-word", "--start-word" }) {
+        const Run oov = cli({ "import-keras", fixtures + "recipe.h5", "--tokenizer", fixtures + "recipe_tokenizer.json",
+            "--out", m_dir.filePath("never-keras"), which, "<OOV>", "--prompts", "0" });
+        QCOMPARE(oov.code, 1);
+        QVERIFY2(oov.err.contains("recipe_tokenizer.json") && oov.err.contains("is the tokenizer's oov_token"),
+            qPrintable(oov.err));
+        QVERIFY(!QDir(m_dir.filePath("never-keras")).exists());
+    }
     // A mistyped model is named before the diagnosis corpus is read (found by an outside pass: a
     // bad corpus was reported first, and a large one loaded for nothing).
     const Run typo

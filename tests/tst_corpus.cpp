@@ -35,6 +35,10 @@ private Q_SLOTS:
     void cornellFolder();
     void cornellMissingLine();
     void latin1Option();
+    void cornellInUtf8IsReadAsUtf8();
+    void longLineLimitIsAnOption();
+    void folderNamesWhatItCannotRead();
+    void folderFollowsLinkedFolders();
     void splitIsDeterministic();
     void exportedPairsReadBackTheSame();
     void bundledCorpusLoads();
@@ -133,6 +137,21 @@ void TestCorpus::badInputs_data()
                                                    "{\"prompt\": \"q\", \"response\": \"r\", \"prompt\": \"p\"}\n")
                                      << 2L << "the key 'prompt' appears twice" << 1;
     QTest::newRow("jsonl-shape") << "x.jsonl" << QByteArray("{\"question\": \"a\"}\n") << 1L << "expected" << 0;
+    // A line past the limit was an error for the whole file, in every format: in TSV and JSON Lines
+    // it is one record, skipped like any malformed one.
+    QTest::newRow("jsonl-long-record")
+        << "long.jsonl"
+        << (QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\":\"c\",\"response\":\"")
+               + QByteArray(70000, 'x') + "\"}\n{\"prompt\":\"d\",\"response\":\"e\"}\n")
+        << 2L << "--max-line-kb raises it" << 2;
+    QTest::newRow("tsv-long-record") << "long.tsv"
+                                     << (QByteArray("a\tb\nc\t") + QByteArray(70000, 'x') + "\nd\te\nf\tg\n") << 2L
+                                     << "the limit is 65536 bytes" << 3;
+    // C1 controls (U+0085 NEL, U+009B CSI) act on terminals like C0 ones.
+    QTest::newRow("tsv-c1-control") << "c1.tsv"
+                                    << QByteArray("a\tb\nhello\xC2\x9B"
+                                                  "31m\tx\n")
+                                    << 2L << "control character U+009B" << 1;
     QTest::newRow("absurd-line") << "l.txt" << (QByteArray("hi\nthere\n") + QByteArray(100000, 'x') + "\n") << 3L
                                  << "limit" << 0;
     QTest::newRow("no-pairs") << "one.txt" << QByteArray("only one line\n") << 0L << "no prompt/response pairs" << 0;
@@ -581,6 +600,111 @@ void TestCorpus::latin1Option()
     const Corpus c = loadCorpus(path, opt);
     QCOMPARE(c.pairs[0].prompt, std::string("caf\xC3\xA9"));
     QCOMPARE(c.pairs[0].response, std::string("na\xC3\xAFve"));
+    // Windows text read as Latin-1: its curly quotes, apostrophe and ellipsis (0x93 0x94 0x92 0x85)
+    // are those characters, not C1 controls inside words; a byte Windows-1252 leaves unassigned
+    // (0x81) is one, and its record is refused.
+    const std::string cp1252
+        = testutil::writeFile(dir, "w.tsv", "\x93Hello\x94 she said\tIt\x92s fine \x85\nbad\x81\tx\n");
+    const Corpus w = loadCorpus(cp1252, opt);
+    QCOMPARE(w.pairs.size(), size_t(1));
+    QCOMPARE(w.pairs[0].prompt, std::string("\u201CHello\u201D she said"));
+    QCOMPARE(w.pairs[0].response, std::string("It\u2019s fine \u2026"));
+    QCOMPARE(w.skippedRecords(), int64_t(1));
+    QCOMPARE(w.warnings[0].line, 2L);
+    QVERIFY2(w.warnings[0].message.find("U+0081") != std::string::npos, w.warnings[0].message.c_str());
+}
+
+// Cornell files were always decoded as Latin-1: a copy in UTF-8 became mojibake (cafÃ©).
+void TestCorpus::cornellInUtf8IsReadAsUtf8()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "c/movie_lines.txt",
+        "L1 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ O\xC3\xB9 est le caf\xC3\xA9 ?\n"
+        "L2 +++$+++ u1 +++$+++ m0 +++$+++ B +++$+++ Tr\xC3\xA8s bien\n");
+    testutil::writeFile(dir, "c/movie_conversations.txt", "u0 +++$+++ u1 +++$+++ m0 +++$+++ ['L1', 'L2']\n");
+    const std::string path = dir.filePath("c").toStdString();
+    Corpus c = loadCorpus(path);
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.pairs[0].prompt, std::string("O\xC3\xB9 est le caf\xC3\xA9 ?"));
+    QCOMPARE(c.pairs[0].response, std::string("Tr\xC3\xA8s bien"));
+    LoadOptions latin1; // asked for: the bytes are Latin-1 whatever they look like
+    latin1.latin1 = true;
+    c = loadCorpus(path, latin1);
+    QCOMPARE(c.pairs[0].response, std::string("Tr\xC3\x83\xC2\xA8s bien"));
+}
+
+void TestCorpus::longLineLimitIsAnOption()
+{
+    QTemporaryDir dir;
+    const QByteArray longWord(100000, 'x');
+    const std::string tsv = testutil::writeFile(dir, "l.tsv", "a\tb\nc\t" + longWord + "\n");
+    const std::string yaml = testutil::writeFile(dir, "l.yml", "conversations:\n- - a\n  - " + longWord + "\n");
+    LoadOptions raised;
+    raised.maxLineBytes = 200 << 10;
+    QCOMPARE(loadCorpus(tsv, raised).pairs.size(), size_t(2));
+    QCOMPARE(loadCorpus(yaml, raised).pairs.size(), size_t(1));
+    // YAML is parsed whole: there the line fails its file, saying how to raise the limit.
+    try {
+        loadCorpus(yaml);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.line(), 3L);
+        QVERIFY2(QString(e.what()).contains("--max-line-kb"), e.what());
+    }
+}
+
+// A subfolder that could not be listed ended the folder's reading without a word: the files after
+// it in the listing were never read, and a corpus of 23 files loaded as one.
+void TestCorpus::folderNamesWhatItCannotRead()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "c/a.yml", "conversations:\n- - one\n  - 1\n");
+    testutil::writeFile(dir, "c/locked/b.yml", "conversations:\n- - two\n  - 2\n");
+    for (const char* sub : { "m", "n", "z" })
+        testutil::writeFile(dir, QString("c/%1/x.yml").arg(sub), "conversations:\n- - three\n  - 3\n");
+    const std::string locked = dir.filePath("c/locked").toStdString();
+    QVERIFY(::chmod(locked.c_str(), 0) == 0);
+    testutil::DacBypassOff asUser; // as root, a mode of 0 does not stop reading
+    const std::string path = dir.filePath("c").toStdString();
+    const Corpus c = loadCorpus(path);
+    QCOMPARE(c.pairs.size(), size_t(4)); // every readable file, before and after it
+    QCOMPARE(c.skippedFiles(), int64_t(1));
+    const auto w = std::find_if(c.warnings.begin(), c.warnings.end(),
+        [](const CorpusWarning& x) { return x.kind == CorpusWarning::Kind::File; });
+    QCOMPARE(w->file, locked);
+    QVERIFY2(w->message.find("folder cannot be read") != std::string::npos, w->message.c_str());
+    LoadOptions strict;
+    strict.strict = true;
+    try {
+        loadCorpus(path, strict);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QCOMPARE(e.file(), locked);
+    }
+    // The folder alone: the error says why nothing was found.
+    try {
+        loadCorpus(locked);
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("could be read"), e.what());
+    }
+    ::chmod(locked.c_str(), 0755);
+}
+
+// Files reached through links were read, folders reached through links silently were not; a loop
+// of links ends.
+void TestCorpus::folderFollowsLinkedFolders()
+{
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "c/a.yml", "conversations:\n- - one\n  - 1\n");
+    for (const char* f : { "f1", "f2", "f3" })
+        testutil::writeFile(
+            dir, QString("more/%1.yml").arg(f), QString("conversations:\n- - q%1\n  - r\n").arg(f).toUtf8());
+    QVERIFY(QFile::link(dir.filePath("more"), dir.filePath("c/more")));
+    QVERIFY(QFile::link(dir.filePath("c"), dir.filePath("c/loop"))); // c/loop/loop/... is c
+    const Corpus c = loadCorpus(dir.filePath("c").toStdString());
+    QCOMPARE(c.pairs.size(), size_t(4));
+    QCOMPARE(c.skippedFiles(), int64_t(0));
 }
 
 void TestCorpus::splitIsDeterministic()

@@ -11,6 +11,7 @@
 #include "testutil.h"
 
 #include <QCoreApplication>
+#include <QDir>
 #include <QFile>
 #include <QRegularExpression>
 
@@ -40,6 +41,8 @@ private Q_SLOTS:
     void damagedJsonIsNamedInWords();
     void refusedJsonNamesItsLine();
     void oneWriterPerRun();
+    void checkpointsPastEightDigitsAreFound();
+    void runFilesThatAreFoldersAreNamed();
     void hugeNumbersAreErrors();
     void stepHistory();
     void stepHistoryIsCutInPlaceAndNeverBlocks();
@@ -151,6 +154,9 @@ void TestRuns::historyToleratesBadRows()
         "18,2\n"
         "27,3,x,abc,4,0.5,90,1,100,3\n"
         "36,4,x,3.5,-nan,0.5,,1,100,4\n"
+        "40,1e10,x,3.5,4,0.5,90,1,100,4\n" // an epoch no int holds (was converted anyway: undefined)
+        "41,4.5,x,3.5,4,0.5,90,1,100,4\n"
+        "42,nan,x,3.5,4,0.5,90,1,100,4\n"
         "45,5,x,3.0,3.9,0.6,49,1,100,5\n");
     const auto h = readRunHistory(dir.path().toStdString());
     QCOMPARE(h.size(), size_t(2));
@@ -220,6 +226,12 @@ void TestRuns::stateFieldsAreRangeChecked_data()
                                                  << "-1";
     QTest::newRow("negative patience count") << "bad_epochs"
                                              << "-4";
+    // 1e300 was accepted, turned into a clock duration out of range (undefined behaviour) and
+    // written back as -9223372036 s in a history the next open refused.
+    QTest::newRow("epoch time past a billion seconds") << "epoch_seconds"
+                                                       << "1e300";
+    QTest::newRow("elapsed time past a billion seconds") << "elapsed_seconds"
+                                                         << "1e10";
 }
 
 void TestRuns::stateFieldsAreRangeChecked()
@@ -477,6 +489,44 @@ void TestRuns::oneWriterPerRun()
     const RunLock again(run); // released with the first
 }
 
+// ckpt-100000000.pt (step 10^8, reachable: 100000 epochs of batch 1) was not taken for a
+// checkpoint: pruning kept every one, and recovery without state.json chose step 99999999.
+void TestRuns::checkpointsPastEightDigitsAreFound()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    QCOMPARE(checkpointName(100000004), std::string("ckpt-100000004.pt"));
+    for (const int64_t step : { int64_t(99999998), int64_t(100000004), int64_t(20) })
+        testutil::writeFile(dir, QString::fromStdString(checkpointName(step)), "x");
+    testutil::writeFile(dir, "ckpt-0000000020.pt", "not ours: leading zeros past eight digits");
+    testutil::writeFile(dir, "ckpt-1234567x.pt", "not ours");
+    QCOMPARE(checkpointFiles(run),
+        (std::vector<std::string> { "ckpt-100000004.pt", "ckpt-99999998.pt", "ckpt-00000020.pt" }));
+}
+
+// A folder where the run writes metrics.csv, best.json or a checkpoint was found only after an
+// epoch's work ("cannot replace file: Is a directory"), with metrics.csv already ahead of state.json.
+void TestRuns::runFilesThatAreFoldersAreNamed()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    testutil::writeFile(dir, "state.json", "{}");
+    testutil::writeFile(dir, "notes", "x");
+    QVERIFY(QDir(dir.path()).mkdir("other-folder"));
+    requireRunFilesPlain(run); // nothing of ours is in the way
+    for (const QString name : { "metrics.csv", "best.json", "ckpt-00000006.pt", "best-00000004.json" }) {
+        QVERIFY(QDir(dir.path()).mkdir(name));
+        try {
+            requireRunFilesPlain(run);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QCOMPARE(QString::fromStdString(e.file()), dir.filePath(name));
+            QVERIFY2(QString(e.what()).contains("is not a regular file"), e.what());
+        }
+        QVERIFY(QDir(dir.filePath(name)).removeRecursively());
+    }
+}
+
 void TestRuns::hugeNumbersAreErrors()
 {
     // Found by fuzzing: a number beyond double's range made the JSON reader throw an exception
@@ -525,6 +575,19 @@ void TestRuns::stepHistory()
     f.close();
     auto rows = readRunSteps(run);
     QCOMPARE(rows.size(), size_t(3));
+    // Epoch cells that are no whole number (were kept as epoch -2147483648) are bad rows.
+    {
+        QTemporaryDir d2;
+        const std::string r2 = d2.path().toStdString();
+        saveState(r2, s);
+        testutil::writeFile(d2, "steps.csv",
+            "step,epoch,loss,tokens_per_second,elapsed_seconds\n1,1e10,3.2,100,0.1\n2,nan,3.1,100,0.2\n"
+            "3,2.5,3.0,100,0.3\n3,1,3.0,100,0.3\n");
+        const auto r = readRunSteps(r2);
+        QCOMPARE(r.size(), size_t(1));
+        QCOMPARE(r[0].epoch, 0);
+        QCOMPARE(r[0].step, int64_t(3));
+    }
     QCOMPARE(rows[2].step, int64_t(3));
     QCOMPARE(rows[1].loss, 2.4);
     QCOMPARE(rows[0].tokensPerSecond, 100.0);

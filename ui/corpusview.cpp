@@ -82,7 +82,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_format->setToolTip(tr("The file format: auto (told by the extension and content), TSV, CSV, JSON lines, "
                             "chatterbot YAML, …"));
     m_latin1 = new QCheckBox(tr("Latin-1"));
-    m_latin1->setToolTip(tr("Read the files as Latin-1 instead of UTF-8"));
+    m_latin1->setToolTip(tr("Read the files as Latin-1 instead of UTF-8 (bytes 0x80-0x9F as Windows-1252 has them: "
+                            "curly quotes, dashes, the euro sign)"));
     m_pairing = new QComboBox;
     m_pairing->addItem(tr("consecutive turns"), static_cast<int>(Pairing::Consecutive));
     m_pairing->addItem(tr("first turn → rest"), static_cast<int>(Pairing::FirstRest));

@@ -111,6 +111,19 @@ int run(BenchArgs a)
     }();
     if (tty)
         std::cerr << "\r\033[K";
+    if (r.rows.empty() && r.races.empty()) {
+        // Nothing measured (every combination unavailable, or stopped at once): an error, and a
+        // report already at --out is left as it was.
+        std::string why;
+        for (const auto& n : r.notes)
+            why += "\n  " + n;
+        const std::string kept = a.out.empty() ? "" : "\n" + chatbench::printable(a.out) + " was not written";
+        if (cancelFlag().load()) {
+            std::cerr << "stopped before anything was measured" << kept << "\n";
+            return 130;
+        }
+        throw Error("nothing was measured" + why + kept);
+    }
     if (!a.out.empty()) {
         writeOutputFile(a.out, toJson(r));
     }

@@ -55,7 +55,7 @@ std::pair<int, std::string> parseForce(const std::string& spec)
         }
     }
     if (step < 0)
-        throw Error("--force " + spec + ": expected STEP:WORD, a step from 0 and a word of the vocabulary");
+        throw Error("--force " + printable(spec) + ": expected STEP:WORD, a step from 0 and a word of the vocabulary");
     return { step, spec.substr(colon + 1) };
 }
 
@@ -85,8 +85,8 @@ void printBeamTree(const std::vector<BeamNode>& tree)
     std::cout << "  beam tree (" << tree.size() << " nodes; * = the reply's path):" << std::endl;
     auto print = [&](auto&& self, int n, int depth) -> void {
         const BeamNode& b = tree[static_cast<size_t>(n)];
-        std::cout << "    " << (b.chosen ? "* " : "  ") << std::string(static_cast<size_t>(depth) * 2, ' ') << b.word
-                  << "  (score " << fixed(b.score, 3) << (b.forced ? ", forced" : "") << ")";
+        std::cout << "    " << (b.chosen ? "* " : "  ") << std::string(static_cast<size_t>(depth) * 2, ' ')
+                  << printable(b.word) << "  (score " << fixed(b.score, 3) << (b.forced ? ", forced" : "") << ")";
         if (pruned[static_cast<size_t>(n)] > 0)
             std::cout << "  [" << pruned[static_cast<size_t>(n)] << " pruned]";
         std::cout << std::endl;
@@ -100,33 +100,36 @@ void printExplanation(const Explanation& e)
 {
     std::cout << "  which words moved the state (drop one, re-encode):" << std::endl;
     for (const Occlusion& o : e.occlusion)
-        std::cout << "    " << o.word << "  |Δ(h, c)| " << fixed(o.stateChange, 4) << " ("
+        std::cout << "    " << printable(o.word) << "  |Δ(h, c)| " << fixed(o.stateChange, 4) << " ("
                   << fixed(100 * o.relativeChange, 1) << "%)  grad×input " << fixed(o.gradientTimesInput, 4)
-                  << (o.replyChanged ? "  reply becomes \"" + o.reply + "\"" : "  same reply") << std::endl;
+                  << (o.replyChanged ? "  reply becomes \"" + printable(o.reply) + "\"" : "  same reply") << std::endl;
     if (!e.neighboursNote.empty())
         std::cout << "  nearest training prompts: none (" << e.neighboursNote << ")" << std::endl;
     else if (!e.neighbours.empty()) {
         std::cout << "  nearest training prompts (" << stateMetricName(e.metric) << ", of " << e.indexedPrompts
                   << "):" << std::endl;
         for (const Neighbour& n : e.neighbours)
-            std::cout << "    cos " << fixed(n.cosine, 4) << "  l2 " << fixed(n.l2, 3) << "  \"" << n.prompt
-                      << "\" → \"" << n.response << "\"  (" << n.file << ":" << n.line << ")" << std::endl;
+            std::cout << "    cos " << fixed(n.cosine, 4) << "  l2 " << fixed(n.l2, 3) << "  \"" << printable(n.prompt)
+                      << "\" → \"" << printable(n.response) << "\"  (" << printable(n.file) << ":" << n.line << ")"
+                      << std::endl;
         if (e.memorised)
             std::cout << "    the reply is the nearest prompt's response: memorised" << std::endl;
     }
     if (!e.reply.beamTree.empty())
         printBeamTree(e.reply.beamTree);
     for (const Branch& b : e.branches)
-        std::cout << "  what if step " << b.step << " were \"" << b.forcedWord << "\": \"" << b.reply.text
-                  << "\"  (log p " << fixed(b.reply.logProbability, 3) << " vs " << fixed(e.reply.logProbability, 3)
-                  << "; checks: " << describe(b.reply.trace.checks) << ")" << std::endl;
+        std::cout << "  what if step " << b.step << " were \"" << printable(b.forcedWord) << "\": \""
+                  << printable(b.reply.text) << "\"  (log p " << fixed(b.reply.logProbability, 3) << " vs "
+                  << fixed(e.reply.logProbability, 3) << "; checks: " << describe(b.reply.trace.checks) << ")"
+                  << std::endl;
     if (e.comparison) {
         const QuestionComparison& q = *e.comparison;
-        std::cout << "  compared with \"" << q.questions[1] << "\": state l2 " << fixed(q.l2, 4) << ", cos "
+        std::cout << "  compared with \"" << printable(q.questions[1]) << "\": state l2 " << fixed(q.l2, 4) << ", cos "
                   << fixed(q.cosine, 4) << std::endl
-                  << "    handed over:     \"" << q.reply[0] << "\" / \"" << q.reply[1] << "\""
+                  << "    handed over:     \"" << printable(q.reply[0]) << "\" / \"" << printable(q.reply[1]) << "\""
                   << (q.repliesDiffer ? "  (different)" : "  (the same)") << std::endl
-                  << "    started at zero: \"" << q.zeroInitReply[0] << "\" / \"" << q.zeroInitReply[1] << "\""
+                  << "    started at zero: \"" << printable(q.zeroInitReply[0]) << "\" / \""
+                  << printable(q.zeroInitReply[1]) << "\""
                   << (q.zeroInitRepliesDiffer ? "  (different)" : "  (the same)") << std::endl;
     }
 }

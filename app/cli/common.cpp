@@ -117,6 +117,7 @@ chatbench::LoadOptions CorpusFlags::options() const
     opt.pairing = *chatbench::parsePairing(pairing);
     opt.strict = strict;
     opt.maxTextBytes = static_cast<int64_t>(maxMiB) << 20;
+    opt.maxLineBytes = static_cast<int64_t>(maxLineKiB) << 10;
     return opt;
 }
 
@@ -126,7 +127,9 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
     cmd->add_option("--format", f.format, "Corpus format: " + joinNames(formatNames()))
         ->check(oneOf(formatNames()))
         ->capture_default_str();
-    cmd->add_flag("--latin1", f.latin1, "Decode the corpus as Latin-1 instead of UTF-8");
+    cmd->add_flag("--latin1", f.latin1,
+        "Decode the corpus as Latin-1 instead of UTF-8 (bytes 0x80-0x9F as Windows-1252 has them: curly quotes, "
+        "dashes, the euro sign)");
     cmd->add_option("--pairing", f.pairing,
            "How turns become pairs: consecutive (every turn answers the one before) or first-rest (the first turn "
            "answered by the others joined, as the Keras recipe does)")
@@ -136,6 +139,11 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& f)
     cmd->add_flag("--verbose", f.verbose, "List every skipped record");
     cmd->add_option("--max-corpus-mb", f.maxMiB,
            "The most a loaded corpus may take, in MiB (its text and a fixed cost per turn and pair)")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-line-kb", f.maxLineKiB,
+           "The longest line a corpus file may have, in KiB (in TSV and JSON Lines a longer one is a malformed "
+           "record; in the other formats it fails its file)")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
 }

@@ -52,6 +52,7 @@ struct CorpusFlags {
     bool strict = false;
     bool verbose = false; // list every skipped record, not the first few
     int maxMiB = 512; // the most a loaded corpus may take
+    int maxLineKiB = 64; // the longest line a corpus file may have
     chatbench::LoadOptions options() const;
 };
 void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);

@@ -10,6 +10,25 @@
 #include <iostream>
 #include <string>
 
+namespace {
+
+// An error's text for the terminal: each line escaped (a word from a file or an option may hold
+// control characters), the line breaks kept.
+std::string printableLines(std::string_view text)
+{
+    std::string out;
+    for (size_t from = 0;;) {
+        const size_t nl = text.find('\n', from);
+        out += chatbench::printable(text.substr(from, nl == std::string_view::npos ? nl : nl - from));
+        if (nl == std::string_view::npos)
+            return out;
+        out += '\n';
+        from = nl + 1;
+    }
+}
+
+} // namespace
+
 int main(int argc, char** argv)
 {
     chatbench::prepareProcess(); // before anything starts CUDA
@@ -51,14 +70,19 @@ int main(int argc, char** argv)
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const chatbench::Error& e) {
-        std::cerr << "error: " << e.what() << "\n";
+        std::cerr << "error: " << printableLines(e.what()) << "\n";
         return 1;
     } catch (const std::exception& e) {
         // Not an error the engine put in words (a library's): its first line, without LibTorch's
         // stack trace.
         const std::string what = chatbench::inWords(e.what());
-        std::cerr << "error: " << what
-                  << (what.rfind("out of memory", 0) == 0 ? ": lower --batch-size, --hidden, --embed or --layers" : "")
+        // Sizes come from the options where a model is made (train, bench), from the run's
+        // config.json where one is opened.
+        const bool sized = app.got_subcommand("train") || app.got_subcommand("bench");
+        std::cerr << "error: " << printableLines(what)
+                  << (what.rfind("out of memory", 0) != 0 ? ""
+                             : sized                      ? ": lower --batch-size, --hidden, --embed or --layers"
+                                     : ": the model's sizes (the run's config.json) need more memory than is free")
                   << "\n";
         return 2;
     }

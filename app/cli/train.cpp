@@ -207,7 +207,7 @@ void addTrainCommand(CLI::App& app, int& exitCode)
             // What config.json fixes cannot change on resume: refused rather than ignored.
             // The corpus options describe --corpus; the run's own corpus is read as config.json says.
             static const std::set<std::string> corpusOptions { "--format", "--latin1", "--pairing", "--strict",
-                "--verbose", "--max-corpus-mb" };
+                "--verbose", "--max-corpus-mb", "--max-line-kb" };
             // Where and how long it runs may change (config.json is rewritten with them).
             static const std::set<std::string> kept { "--corpus", "--run", "--resume", "--quiet", "--epochs",
                 "--patience", "--checkpoint-every", "--keep-checkpoints", "--threads", "--device", "--tf32" };

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -40,6 +41,47 @@ bool isYamlName(const fs::path& p)
 {
     const auto ext = lower(p.extension().string());
     return ext == ".yml" || ext == ".yaml";
+}
+
+// What a corpus folder holds: its YAML files, in subfolders and in folders reached through links
+// too (each folder once, so a link loop ends), and what could not be read.
+struct FolderScan {
+    std::vector<fs::path> yamlFiles;
+    std::vector<std::pair<fs::path, std::string>> unreadable; // a folder that could not be listed, and why
+    std::vector<fs::path> brokenLinks; // .yml names whose link leads nowhere
+};
+
+FolderScan scanYamlFolder(const fs::path& root)
+{
+    FolderScan scan;
+    std::set<std::string> seen;
+    std::vector<fs::path> todo { root };
+    while (!todo.empty()) {
+        const fs::path dir = todo.back();
+        todo.pop_back();
+        std::error_code ec;
+        if (const fs::path real = fs::canonical(dir, ec); !ec && !seen.insert(real.string()).second)
+            continue;
+        fs::directory_iterator it(dir, ec);
+        for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+            std::error_code e2;
+            const fs::path& path = it->path();
+            if (it->is_directory(e2)) { // a link to a folder too
+                todo.push_back(path);
+            } else if (isYamlName(path)) {
+                if (it->is_regular_file(e2))
+                    scan.yamlFiles.push_back(path);
+                else if (it->is_symlink(e2) && !fs::exists(path, e2))
+                    scan.brokenLinks.push_back(path);
+            }
+        }
+        if (ec)
+            scan.unreadable.emplace_back(dir, ec.message());
+    }
+    std::sort(scan.yamlFiles.begin(), scan.yamlFiles.end());
+    std::sort(scan.unreadable.begin(), scan.unreadable.end());
+    std::sort(scan.brokenLinks.begin(), scan.brokenLinks.end());
+    return scan;
 }
 
 // The size cap was hit: never skipped as a bad record, always the end of loading.
@@ -68,11 +110,14 @@ struct Loader {
     void add(Pair p)
     {
         for (const std::string* t : { &p.prompt, &p.response })
-            for (const char ch : *t)
-                if (const auto b = static_cast<unsigned char>(ch);
-                    (b < 0x20 && b != '\t' && b != '\n' && b != '\r') || b == 0x7F) {
+            for (size_t i = 0; i < t->size(); ++i)
+                // C0 controls, DEL, and C1 controls (U+0080-U+009F: C2 80 to C2 9F in UTF-8).
+                if (const auto b = static_cast<unsigned char>((*t)[i]),
+                    next = static_cast<unsigned char>(i + 1 < t->size() ? (*t)[i + 1] : 0);
+                    (b < 0x20 && b != '\t' && b != '\n' && b != '\r') || b == 0x7F
+                    || (b == 0xC2 && next >= 0x80 && next < 0xA0)) {
                     char code[8];
-                    std::snprintf(code, sizeof code, "U+%04X", b);
+                    std::snprintf(code, sizeof code, "U+%04X", b == 0xC2 ? next : b);
                     throw Error(p.file, p.line,
                         std::string("the text holds the control character ") + code + " ("
                             + (t == &p.prompt ? "prompt" : "response") + ")");
@@ -111,6 +156,13 @@ struct Loader {
                 throw;
             corpus.warnings.push_back({ e.file(), e.line(), e.message(), CorpusWarning::Kind::Record });
         }
+    }
+
+    // Throws when a record's line is longer than the limit.
+    void lineFits(std::string_view l, const std::string& file, long line) const
+    {
+        if (static_cast<int64_t>(l.size()) > opt.maxLineBytes)
+            throw Error(file, line, text::longLine(l.size(), static_cast<size_t>(opt.maxLineBytes)));
     }
 
     void note(const std::string& file, long line, const std::string& message)
@@ -187,8 +239,8 @@ void checkYamlDocumentsAdvance(const std::string& file, const std::string& text)
 
 void loadYamlFile(Loader& L, const std::string& file)
 {
-    const std::string text
-        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit),
+        L.opt.latin1, static_cast<size_t>(L.opt.maxLineBytes));
     if (text::trim(text).empty())
         throw Error(file, 0, "file is empty");
     std::string stray;
@@ -263,7 +315,7 @@ void loadYamlFile(Loader& L, const std::string& file)
 void loadTsvFile(Loader& L, const std::string& file)
 {
     const std::string text
-        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1, 0);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
@@ -275,6 +327,7 @@ void loadTsvFile(Loader& L, const std::string& file)
             continue;
         }
         L.record([&] {
+            L.lineFits(l, file, line);
             const size_t tab = l.find('\t');
             if (tab == std::string_view::npos)
                 throw Error(file, line, "expected 'prompt<TAB>response', found no tab");
@@ -342,13 +395,14 @@ void loadJsonlFile(Loader& L, const std::string& file)
 {
     using nlohmann::json;
     const std::string text
-        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
+        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1, 0);
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         if (text::trim(l).empty())
             continue;
         L.record([&] {
+            L.lineFits(l, file, line);
             json j;
             try {
                 j = parseUniqueKeys(l);
@@ -376,8 +430,8 @@ void loadJsonlFile(Loader& L, const std::string& file)
 
 void loadDialogFile(Loader& L, const std::string& file)
 {
-    const std::string text
-        = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit), L.opt.latin1);
+    const std::string text = text::normalise(file, text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit),
+        L.opt.latin1, static_cast<size_t>(L.opt.maxLineBytes));
     std::vector<std::pair<std::string, long>> turns;
     long line = 0;
     for (std::string_view l : text::splitLines(text)) {
@@ -411,15 +465,22 @@ std::vector<std::string> cornellFields(std::string_view line)
     return out;
 }
 
+// A Cornell file's text. The published corpus is Latin-1 (with Windows-1252 punctuation); a copy
+// re-encoded as UTF-8 (valid UTF-8 throughout) is read as UTF-8 unless Latin-1 is asked for.
+std::string cornellText(const Loader& L, const std::string& file)
+{
+    std::string bytes = text::readFile(file, L.opt.maxTextBytes, kRaiseCorpusLimit);
+    const bool latin1 = L.opt.latin1 || text::invalidUtf8Offset(bytes) != std::string_view::npos;
+    return text::normalise(file, std::move(bytes), latin1, static_cast<size_t>(L.opt.maxLineBytes));
+}
+
 void loadCornell(Loader& L, const fs::path& dir)
 {
-    // The corpus is Latin-1 by definition.
     const std::string linesFile = (dir / "movie_lines.txt").string();
     const std::string convFile = (dir / "movie_conversations.txt").string();
     std::map<std::string, std::pair<std::string, long>> lines;
     {
-        const std::string text
-            = text::normalise(linesFile, text::readFile(linesFile, L.opt.maxTextBytes, kRaiseCorpusLimit), true);
+        const std::string text = cornellText(L, linesFile);
         long n = 0;
         for (std::string_view l : text::splitLines(text)) {
             ++n;
@@ -438,8 +499,7 @@ void loadCornell(Loader& L, const fs::path& dir)
             });
         }
     }
-    const std::string text
-        = text::normalise(convFile, text::readFile(convFile, L.opt.maxTextBytes, kRaiseCorpusLimit), true);
+    const std::string text = cornellText(L, convFile);
     long n = 0;
     for (std::string_view l : text::splitLines(text)) {
         ++n;
@@ -528,17 +588,17 @@ CorpusFormat detectFormat(const std::string& path)
     if (!fs::is_directory(p, ec) && !fs::is_regular_file(p, ec))
         throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
     if (fs::is_directory(p, ec)) {
-        if (fs::exists(p / "movie_lines.txt") && fs::exists(p / "movie_conversations.txt"))
+        if (fs::exists(p / "movie_lines.txt", ec) && fs::exists(p / "movie_conversations.txt", ec))
             return CorpusFormat::Cornell;
         // Loading reads YAML files in subfolders too (the chatterbot package keeps one folder per language).
-        for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
-             it.increment(ec)) {
-            std::error_code e2;
-            if (it->is_regular_file(e2) && isYamlName(it->path()))
-                return CorpusFormat::ChatterbotYaml;
-        }
-        throw Error(
-            path, 0, "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt");
+        const FolderScan scan = scanYamlFolder(p);
+        if (!scan.yamlFiles.empty())
+            return CorpusFormat::ChatterbotYaml;
+        throw Error(path, 0,
+            "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt"
+                + (scan.unreadable.empty() ? std::string()
+                                           : " that could be read (" + scan.unreadable.front().first.string() + ": "
+                            + scan.unreadable.front().second + ")"));
     }
     if (fs::file_size(p, ec) == 0 && text::readHead(path, 1).empty()) // /proc files report no size
         throw Error(path, 0, "file is empty");
@@ -626,18 +686,18 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
     } else if (isDir) {
         if (corpus.format != CorpusFormat::ChatterbotYaml)
             throw Error(path, 0, "only chatterbot YAML and Cornell corpora can be folders");
-        std::vector<fs::path> files;
-        for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
-             it.increment(ec)) {
-            std::error_code e2;
-            if (!isYamlName(it->path()))
-                continue;
-            if (it->is_regular_file(e2))
-                files.push_back(it->path());
-            else if (it->is_symlink(e2) && !fs::exists(it->path(), e2))
-                L.note(it->path().string(), 0, "broken link skipped");
+        FolderScan scan = scanYamlFolder(p);
+        // A folder that cannot be listed is skipped with a warning (strict: an error), as a file
+        // that cannot be read.
+        for (const auto& [dir, why] : scan.unreadable) {
+            if (options.strict)
+                throw Error(dir.string(), 0, "folder cannot be read: " + why);
+            corpus.warnings.push_back(
+                { dir.string(), 0, "folder cannot be read: " + why + " (folder skipped)", CorpusWarning::Kind::File });
         }
-        std::sort(files.begin(), files.end());
+        for (const auto& link : scan.brokenLinks)
+            L.note(link.string(), 0, "broken link skipped");
+        std::vector<fs::path> files = std::move(scan.yamlFiles);
         // A file reached twice (a link beside its target) is read once.
         std::vector<fs::path> unique;
         std::map<std::string, std::string> seen;

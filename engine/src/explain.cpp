@@ -121,12 +121,12 @@ int64_t tokenToForce(const Tokenizer& tok, const std::string& word)
     if (word == tok.word(Tokenizer::kUnk))
         return Tokenizer::kUnk;
     if (word == tok.word(Tokenizer::kPad) || word == tok.word(Tokenizer::kStart))
-        throw Error("cannot force \"" + word + "\": a reply never holds "
+        throw Error("cannot force \"" + printable(word) + "\": a reply never holds "
             + (word == tok.word(Tokenizer::kPad) ? "padding" : "the decoder's start word") + " ("
             + tok.word(Tokenizer::kEnd) + " and " + tok.word(Tokenizer::kUnk) + " can be forced)");
     const Encoded e = tok.encode(word);
     if (e.ids.size() != 1 || !e.unknown.empty() || e.ids[0] == Tokenizer::kUnk)
-        throw Error("cannot force \"" + word + "\": it is not one word of the model's vocabulary");
+        throw Error("cannot force \"" + printable(word) + "\": it is not one word of the model's vocabulary");
     return e.ids[0];
 }
 

@@ -113,6 +113,11 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     int64_t oov = -1;
     if (kt.oovToken)
         oov = kerasId(kt, *kt.oovToken, limit, "oov_token");
+    if (oov >= 0 && (start == oov || end == oov))
+        throw Error(kt.file, 0,
+            "the " + std::string(start == oov ? "start" : "end") + " word '" + printable(*kt.oovToken)
+                + "' is the tokenizer's oov_token (the word unknown words become): choose the words the model was "
+                  "trained to start and end replies with");
 
     // Keras id → chatbench id: 0 stays <pad>; oov → <unk>, start → <start>, end → <end>; the other
     // words follow in Keras' order. Rows the tokenizer names no word for keep a placeholder.

@@ -146,10 +146,15 @@ std::vector<std::string> checkpointFiles(const std::string& runDir)
     std::error_code ec;
     for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        long long step = -1;
-        char tail = 0;
-        if (name.size() == 16 && std::sscanf(name.c_str(), "ckpt-%8lld.p%c", &step, &tail) == 2 && tail == 't'
-            && name == checkpointName(step))
+        // ckpt-<step, at least 8 digits>.pt, as checkpointName writes it (steps past 99 999 999 have more).
+        const size_t digits = name.size() - std::min(name.size(), std::string_view("ckpt-.pt").size());
+        if (digits < 8 || digits > 18 || !name.starts_with("ckpt-") || !name.ends_with(".pt"))
+            continue;
+        const std::string number = name.substr(5, digits);
+        if (number.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        const long long step = std::stoll(number);
+        if (name == checkpointName(step))
             found.emplace_back(step, name);
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -313,21 +318,22 @@ RunState loadStateFile(const std::string& path)
         if (!ok)
             throw Error(path, 0, std::string("bad state: '") + field + "' is out of range");
     };
-    auto finiteAtLeast0 = [](double v) { return std::isfinite(v) && v >= 0; };
+    // Seconds are added to and converted to clock durations: a billion (31 years) is the most.
+    auto seconds = [](double v) { return v >= 0 && v <= 1e9; };
     need(s.epoch >= 0 && s.epoch <= 100000, "epoch");
     need(s.batchInEpoch >= 0, "batch_in_epoch");
     need(s.step >= 0, "step");
     need(std::isfinite(s.epochLossSum) && s.epochLossSum >= 0, "epoch_loss_sum");
     need(s.epochTokens >= 0, "epoch_tokens");
-    need(finiteAtLeast0(s.epochSeconds), "epoch_seconds");
-    need(finiteAtLeast0(s.elapsedSeconds), "elapsed_seconds");
+    need(seconds(s.epochSeconds), "epoch_seconds");
+    need(seconds(s.elapsedSeconds), "elapsed_seconds");
     need(std::isfinite(s.bestValidationLoss), "best_validation_loss");
     need(s.badEpochs >= 0, "bad_epochs");
     need(std::isfinite(s.lossScale) && s.lossScale > 0, "loss_scale");
     need(s.lossScaleGoodSteps >= 0, "loss_scale_good_steps");
     need(s.history.size() <= 100000, "history");
     for (const auto& m : s.history)
-        need(m.epoch >= 0 && m.step >= 0 && finiteAtLeast0(m.seconds) && finiteAtLeast0(m.elapsedSeconds)
+        need(m.epoch >= 0 && m.step >= 0 && seconds(m.seconds) && seconds(m.elapsedSeconds)
                 && std::isfinite(m.tokensPerSecond),
             "history");
     need(s.batchInEpoch <= s.step, "batch_in_epoch");
@@ -440,6 +446,33 @@ void requireNewRunFolder(const std::string& runDir)
               "folder");
 }
 
+void requireRunFilesPlain(const std::string& runDir)
+{
+    auto written = [](const std::string& name) {
+        auto is = [&](const char* prefix, const char* ext) {
+            return name.starts_with(prefix) && name.ends_with(ext)
+                && name.size() > std::strlen(prefix) + std::strlen(ext);
+        };
+        return name == kConfigFile || name == kVocabFile || name == kStateFile || name == kMetricsFile
+            || name == kStepsFile || name == "best.json" || is("ckpt-", ".pt") || is("ckpt-", ".json")
+            || is("best-", ".pt") || is("best-", ".json");
+    };
+    std::vector<std::string> bad;
+    std::error_code ec;
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code e2;
+        if (const std::string name = it->path().filename().string();
+            written(name) && !it->is_symlink(e2) && !it->is_regular_file(e2))
+            bad.push_back(name);
+    }
+    if (bad.empty())
+        return;
+    std::sort(bad.begin(), bad.end());
+    throw Error((fs::path(runDir) / bad.front()).string(), 0,
+        "is not a regular file (a folder?) where the run writes one: remove or rename it"
+            + (bad.size() > 1 ? " (and " + std::to_string(bad.size() - 1) + " more)" : std::string()));
+}
+
 RunLock::~RunLock()
 {
     if (m_fd >= 0)
@@ -476,6 +509,20 @@ struct CsvFile {
 // lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset where the
 // row's line starts; it returns false to stop reading. A cell that is missing or not a number
 // clears the flag. Files that are not regular, unreadable or without the columns give no rows.
+// A cell that must be a whole number in [lo, hi]; anything else (a fraction, NaN, out of range)
+// makes its row bad rather than reaching an integer conversion.
+int64_t wholeCell(double v, int64_t lo, int64_t hi, bool& ok)
+{
+    if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) || v != std::floor(v)) {
+        ok = false;
+        return lo;
+    }
+    return static_cast<int64_t>(v);
+}
+
+// The largest step a run file's row may name (a row past the run's own step is dropped anyway).
+constexpr int64_t kMaxRowStep = int64_t(1) << 50;
+
 template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
 {
     constexpr size_t kMaxLine = 4096;
@@ -585,8 +632,8 @@ std::vector<EpochMetrics> readRunHistory(const std::string& runDir)
     std::vector<EpochMetrics> out;
     readCsv(fs::path(runDir) / kMetricsFile, kMetricsColumns, [&](auto&& number, bool& ok, int64_t) {
         EpochMetrics m;
-        m.epoch = static_cast<int>(number("epoch")) - 1;
-        m.step = static_cast<int64_t>(number("step"));
+        m.epoch = static_cast<int>(wholeCell(number("epoch"), 1, 100000, ok)) - 1;
+        m.step = wholeCell(number("step"), 0, kMaxRowStep, ok);
         m.trainLoss = number("train_loss");
         m.validationLoss = number("validation_loss");
         m.validationAccuracy = number("validation_accuracy");
@@ -653,11 +700,11 @@ BestWeights readBestWeights(const std::string& runDir)
 
 namespace {
 
-StepMetrics stepRow(const auto& number)
+StepMetrics stepRow(const auto& number, bool& ok)
 {
     StepMetrics m;
-    m.epoch = static_cast<int>(number("epoch")) - 1;
-    m.step = static_cast<int64_t>(number("step"));
+    m.epoch = static_cast<int>(wholeCell(number("epoch"), 1, 100000, ok)) - 1;
+    m.step = wholeCell(number("step"), 1, kMaxRowStep, ok);
     m.loss = number("loss");
     m.tokensPerSecond = number("tokens_per_second");
     m.elapsedSeconds = number("elapsed_seconds");
@@ -703,7 +750,7 @@ std::vector<StepMetrics> readRunSteps(const std::string& runDir)
     }
     std::vector<StepMetrics> out;
     readCsv(fs::path(runDir) / kStepsFile, kStepColumns, [&](auto&& number, bool& ok, int64_t) {
-        if (const StepMetrics m = stepRow(number); keepsRow(out, m, ok, last))
+        if (const StepMetrics m = stepRow(number, ok); keepsRow(out, m, ok, last))
             out.push_back(m);
         return true;
     });
@@ -773,7 +820,7 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
             else if (cut < 0)
                 cut = offset;
         }
-        if (const StepMetrics m = stepRow(number); keepsRow(kept, m, ok, upToStep))
+        if (const StepMetrics m = stepRow(number, ok); keepsRow(kept, m, ok, upToStep))
             kept.push_back(m);
         return true;
     });

@@ -75,6 +75,11 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
 // files are replaced). Another program's files are never overwritten.
 void requireNewRunFolder(const std::string& runDir);
 
+// Throws Error naming the first of the files a run writes (state.json, metrics.csv, steps.csv,
+// checkpoints and their states, the best weights) that is there but not a regular file (a
+// folder, a FIFO): checked when a run is opened for writing, not found after an epoch's work.
+void requireRunFilesPlain(const std::string& runDir);
+
 // One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
 // released by the system when the process ends, killed or not. Taking it removes temporary files
 // that writers killed mid-save left behind. Throws Error "in use by process N" when held.

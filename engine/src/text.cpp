@@ -95,15 +95,25 @@ size_t invalidUtf8Offset(std::string_view s)
 
 std::string latin1ToUtf8(std::string_view bytes)
 {
+    // Bytes 0x80-0x9F as Windows-1252 has them (the WHATWG decoding of "latin1"); its five
+    // unassigned ones stay C1 control characters, which the loaders refuse.
+    static constexpr char16_t kC1[32] = { 0x20AC, 0x81, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030,
+        0x0160, 0x2039, 0x0152, 0x8D, 0x017D, 0x8F, 0x90, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+        0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D, 0x017E, 0x0178 };
     std::string out;
     out.reserve(bytes.size() + bytes.size() / 8);
     for (char ch : bytes) {
         const auto b = static_cast<unsigned char>(ch);
-        if (b < 0x80) {
+        const char32_t cp = b >= 0x80 && b < 0xA0 ? kC1[b - 0x80] : b;
+        if (cp < 0x80) {
             out.push_back(ch);
+        } else if (cp < 0x800) {
+            out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+            out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
         } else {
-            out.push_back(static_cast<char>(0xC0 | (b >> 6)));
-            out.push_back(static_cast<char>(0x80 | (b & 0x3F)));
+            out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+            out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+            out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
         }
     }
     return out;
@@ -150,7 +160,7 @@ std::string wideEncoding(std::string_view b)
 
 } // namespace
 
-std::string normalise(const std::string& file, std::string bytes, bool latin1)
+std::string normalise(const std::string& file, std::string bytes, bool latin1, size_t maxLineBytes)
 {
     if (const std::string wide = wideEncoding(bytes); !wide.empty())
         throw Error(file, 0, "the file is " + wide + ", not UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8");
@@ -202,18 +212,22 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1)
     }
     size_t start = 0;
     long line = 1;
-    while (start <= out.size()) {
+    while (maxLineBytes > 0 && start <= out.size()) {
         size_t end = out.find('\n', start);
         if (end == std::string::npos)
             end = out.size();
-        if (end - start > kMaxLineBytes)
-            throw Error(file, line,
-                "line is " + std::to_string(end - start) + " bytes long; the limit is "
-                    + std::to_string(kMaxLineBytes));
+        if (end - start > maxLineBytes)
+            throw Error(file, line, longLine(end - start, maxLineBytes));
         start = end + 1;
         ++line;
     }
     return out;
+}
+
+std::string longLine(size_t bytes, size_t limit)
+{
+    return "line is " + std::to_string(bytes) + " bytes long; the limit is " + std::to_string(limit)
+        + " bytes (--max-line-kb raises it)";
 }
 
 std::vector<std::string_view> splitLines(std::string_view text)

@@ -8,9 +8,6 @@
 
 namespace chatbench::text {
 
-// Longest line a loader accepts; longer ones are an error naming the line.
-inline constexpr size_t kMaxLineBytes = 64 * 1024;
-
 // Reads a whole file. Throws Error(file) when it cannot be opened, is not a regular file, or
 // holds more than `maxBytes` (checked before reading where the size is known; < 0: no limit).
 // `raise`, when given, says how to raise `maxBytes` ("--max-corpus-mb raises it").
@@ -26,6 +23,7 @@ std::string readHead(const std::string& path, size_t n);
 size_t invalidUtf8Offset(std::string_view bytes);
 
 // Latin-1 bytes to UTF-8.
+// Latin-1 bytes to UTF-8, 0x80-0x9F read as Windows-1252 does (quotes, dashes, the euro sign).
 std::string latin1ToUtf8(std::string_view bytes);
 
 // 1-based line number of byte `offset` in `bytes` (CRLF, CR and LF each end a line).
@@ -33,8 +31,12 @@ long lineOfOffset(std::string_view bytes, size_t offset);
 
 // Normalises a file's bytes for the line-based loaders: strips a UTF-8 BOM, turns CRLF and
 // lone CR into LF, checks UTF-8 (or converts from Latin-1 when `latin1`), and checks that no
-// line is absurdly long. Throws Error(file, line) naming the first bad line.
-std::string normalise(const std::string& file, std::string bytes, bool latin1);
+// line is longer than `maxLineBytes` (0: not checked here, the loader checks each record's).
+// Throws Error(file, line) naming the first bad line.
+std::string normalise(const std::string& file, std::string bytes, bool latin1, size_t maxLineBytes);
+
+// The message for a line longer than `limit`.
+std::string longLine(size_t bytes, size_t limit);
 
 // Splits on '\n'; a trailing newline does not make an empty last line.
 std::vector<std::string_view> splitLines(std::string_view text);

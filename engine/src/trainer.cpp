@@ -21,6 +21,7 @@
 #include <iomanip>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -166,6 +167,11 @@ void log(const TrainCallbacks& cb, const std::string& msg)
 void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
 {
     setThreads(s.cfg.threads);
+    if (const unsigned cores = std::thread::hardware_concurrency();
+        s.cfg.device == "cpu" && cores > 0 && s.cfg.threads > static_cast<int>(cores))
+        log(cb,
+            std::to_string(s.cfg.threads) + " threads on " + std::to_string(cores)
+                + " cores: the threads take turns on the cores, which is slower than one thread per core");
     setDeterminism(s.cfg.deterministic);
     setTf32(s.cfg.tf32);
     const ResolvedDevice r = resolveDevice(s.cfg.device, s.cfg.precision);
@@ -243,6 +249,11 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         cb.onSnapshot(makeSnapshot(s.cfg, s.tok, s.step.model, s.state.step));
     while (s.state.epoch < s.cfg.epochs && !s.state.finished) {
         const auto plan = planBatches(s.train, s.cfg.batchSize, s.cfg.bucketing, epochSeed(s.cfg.seed, s.state.epoch));
+        if (s.state.batchInEpoch > static_cast<int64_t>(plan.size()))
+            throw Error(statePath(s.runDir), 0,
+                "bad state: 'batch_in_epoch' is " + std::to_string(s.state.batchInEpoch) + " but an epoch of "
+                    + std::to_string(s.train.size()) + " training pairs has " + std::to_string(plan.size())
+                    + " batches (the file is damaged, or the corpus changed since)");
         auto epochStart = Clock::now()
             - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.state.epochSeconds));
         for (int64_t b = s.state.batchInEpoch; b < static_cast<int64_t>(plan.size()); ++b) {
@@ -443,6 +454,7 @@ TrainResult resume(
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
     const RunLock lock(runDir); // one writer per run
+    requireRunFilesPlain(runDir);
     std::string recovered;
     s.state = loadState(runDir, &recovered);
     if (!recovered.empty())

@@ -35,6 +35,9 @@ struct LoadOptions {
     // aliases can expand a small file enormously, into long texts or millions of tiny turns). A
     // file larger than this is refused unread.
     int64_t maxTextBytes = int64_t(512) << 20;
+    // The longest line a file may have. In TSV and JSON Lines a longer line is a malformed
+    // record (skipped, or an error when strict); in the other formats it fails its file.
+    int64_t maxLineBytes = int64_t(64) << 10;
 };
 
 // Something skipped while loading: a record, a conversation or a whole file.
