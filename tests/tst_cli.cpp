@@ -505,12 +505,14 @@ void TestCli::explainRefusesAChangedCorpus()
 void TestCli::corruptRunFilesAndTwoWriters()
 {
     // state.json with a negative batch index once crashed resume (SIGSEGV): now an error naming it.
-    const QString run = m_dir.filePath("hurt");
-    QVERIFY(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", run, "--epochs", "1" }).code == 0);
-    QFile st(run + "/state.json");
-    QVERIFY(st.open(QIODevice::ReadOnly));
-    const QByteArray good = st.readAll();
-    st.close();
+    // A run trained for `epochs`, and its state.json as written.
+    auto trained = [&](const QString& name, const char* epochs) {
+        const QString dir = m_dir.filePath(name);
+        if (cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", dir, "--epochs", epochs }).code != 0)
+            qFatal("cannot train %s", qPrintable(dir));
+        return std::make_pair(dir, testutil::readFile(dir + "/state.json"));
+    };
+    const auto [run, good] = trained("hurt", "1");
     QJsonObject j = QJsonDocument::fromJson(good).object();
     j["batch_in_epoch"] = -5;
     testutil::writeFile(m_dir, "hurt/state.json", QJsonDocument(j).toJson());
@@ -520,12 +522,7 @@ void TestCli::corruptRunFilesAndTwoWriters()
     testutil::writeFile(m_dir, "hurt/state.json", good);
     // A batch index past the epoch's batches silently skipped an epoch ("train loss nan"), and a
     // folder where metrics.csv goes stopped the run only after an epoch's work.
-    const QString two = m_dir.filePath("hurt-two");
-    QVERIFY(cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", two, "--epochs", "2" }).code == 0);
-    QFile st2(two + "/state.json");
-    QVERIFY(st2.open(QIODevice::ReadOnly));
-    const QByteArray good2 = st2.readAll();
-    st2.close();
+    const auto [two, good2] = trained("hurt-two", "2");
     QJsonObject j2 = QJsonDocument::fromJson(good2).object();
     j2["batch_in_epoch"] = j2["step"].toInt(); // two epochs' worth
     testutil::writeFile(m_dir, "hurt-two/state.json", QJsonDocument(j2).toJson());

@@ -14,23 +14,73 @@
 #define CHATBENCH_CLONES
 #endif
 
+// The helpers below are inlined into each clone, so that they are built for its instructions
+// too (a helper left out of line is built once, for baseline x86-64).
+#define CHATBENCH_INLINE inline __attribute__((always_inline))
+
 namespace chatbench::kernels {
 
 namespace {
 
-// e^x for x ≤ 0 (softmax arguments; below −87 it is 0 as far as a float sum can tell), as loops
-// that vectorise: x = k·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor series to r⁷/7!
-// (truncation error < 2e-9 relative), 2^k put into the exponent bits. Within 1 ulp of the
-// correctly rounded e^x at every float in [−87, 0] (checked against double-precision exp).
-inline float expNonPositive(float x)
+// Sixteen and eight floats as one value (GCC's vector extension), written once: each clone
+// compiles them to its own registers (one AVX-512 register, two AVX ones, four SSE ones). The
+// compiler's loop vectoriser left these element loops scalar in the AVX2 clone ("control flow in
+// loop": the selects), so they are written over vectors; results do not depend on the width, as
+// every lane computes what a float does.
+typedef float F8 __attribute__((vector_size(32)));
+typedef float F16 __attribute__((vector_size(64)));
+typedef uint32_t U8 __attribute__((vector_size(32)));
+typedef uint32_t U16 __attribute__((vector_size(64)));
+
+template <typename T> struct BitsOf; // the unsigned integers of T's shape
+template <> struct BitsOf<float> {
+    using type = uint32_t;
+};
+template <> struct BitsOf<F8> {
+    using type = U8;
+};
+template <> struct BitsOf<F16> {
+    using type = U16;
+};
+
+template <typename T> CHATBENCH_INLINE T load(const float* p)
 {
-    x = x < -87.0f ? -87.0f : x;
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+template <typename T> CHATBENCH_INLINE void store(float* p, T v)
+{
+    std::memcpy(p, &v, sizeof v);
+}
+
+// body<T>(k) for the elements [k, k + lanes of T) of [0, n): sixteen at a time, then eight, then one.
+template <typename Body> CHATBENCH_INLINE void inLanes(int64_t n, Body&& body)
+{
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        body.template operator()<F16>(k);
+    for (; k + 8 <= n; k += 8)
+        body.template operator()<F8>(k);
+    for (; k < n; ++k)
+        body.template operator()<float>(k);
+}
+
+// e^x for x ≤ 0 (softmax arguments; below −87 it is 0 as far as a float sum can tell), lane by
+// lane: x = k·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor series to r⁷/7! (truncation error
+// < 2e-9 relative), 2^k put into the exponent bits. Within 1 ulp of the correctly rounded e^x at
+// every float in [−87, 0] (checked against double-precision exp).
+template <typename T> CHATBENCH_INLINE T expNonPositive(T x)
+{
+    const T lowest = T {} + -87.0f; // a float, or one in every lane
+    x = x < -87.0f ? lowest : x;
     constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
     constexpr float kRound = 12582912.0f; // 1.5·2^23: adding and subtracting it rounds to an integer
-    const float shifted = x * kLog2e + kRound;
-    const float k = shifted - kRound;
-    const float r = (x - k * kLn2Hi) - k * kLn2Lo;
-    float p = 1.0f / 5040.0f;
+    const T shifted = x * kLog2e + kRound;
+    const T k = shifted - kRound;
+    const T r = (x - k * kLn2Hi) - k * kLn2Lo;
+    T p = T {} + 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
     p = p * r + 1.0f / 24.0f;
@@ -40,20 +90,27 @@ inline float expNonPositive(float x)
     p = p * r + 1.0f;
     // 2^k from the low bits of `shifted` (0x4B400000 + k): no float-to-int conversion, which a
     // NaN (a diverged step, to be reported as such) would make undefined.
-    uint32_t kBits;
+    using U = typename BitsOf<T>::type;
+    U kBits;
     std::memcpy(&kBits, &shifted, sizeof kBits);
-    const uint32_t bits = (kBits - 0x4B400000u + 127u) << 23;
-    float scale;
+    const U bits = (kBits - 0x4B400000u + 127u) << 23;
+    T scale;
     std::memcpy(&scale, &bits, sizeof scale);
     return p * scale;
 }
 
 // 1 / (1 + e^−x), from e^−|x| on either side.
-inline float sigmoidOf(float x)
+template <typename T> CHATBENCH_INLINE T sigmoidOf(T x)
 {
-    const float e = expNonPositive(x > 0.0f ? -x : x);
-    const float r = 1.0f / (1.0f + e);
+    const T e = expNonPositive<T>(x > 0.0f ? -x : x);
+    const T r = 1.0f / (1.0f + e);
     return x >= 0.0f ? r : e * r;
+}
+
+// sigmoid over [0, n) in place.
+CHATBENCH_INLINE void sigmoidInPlace(float* a, int64_t n)
+{
+    inLanes(n, [&]<typename T>(int64_t k) { store<T>(a + k, sigmoidOf<T>(load<T>(a + k))); });
 }
 
 } // namespace
@@ -72,26 +129,26 @@ CHATBENCH_CLONES void rmspropUpdate(
 // One row's element loops, each block (gate, state) a parameter of its own marked restrict: the
 // blocks never overlap, and only restrict parameters (not offsets of one pointer, nor restrict
 // locals) let the compiler vectorise these loops without run-time overlap checks.
-inline void cellRow(int64_t H, const float* __restrict i, const float* __restrict f, float* __restrict g,
+CHATBENCH_INLINE void cellRow(int64_t H, const float* __restrict i, const float* __restrict f, float* __restrict g,
     const float* __restrict o, const float* __restrict cPrev, float* __restrict c, float* __restrict tanhC,
     float* __restrict h)
 {
-    for (int64_t k = 0; k < H; ++k) {
-        const float gk = 2.0f * sigmoidOf(2.0f * g[k]) - 1.0f; // tanh(z) = 2·sigmoid(2z) − 1
-        g[k] = gk;
-        const float cell = f[k] * cPrev[k] + i[k] * gk;
-        c[k] = cell;
-        const float t = 2.0f * sigmoidOf(2.0f * cell) - 1.0f;
-        tanhC[k] = t;
-        h[k] = o[k] * t;
-    }
+    inLanes(H, [&]<typename T>(int64_t k) {
+        const T gk = 2.0f * sigmoidOf<T>(2.0f * load<T>(g + k)) - 1.0f; // tanh(z) = 2·sigmoid(2z) − 1
+        const T cell = load<T>(f + k) * load<T>(cPrev + k) + load<T>(i + k) * gk;
+        const T t = 2.0f * sigmoidOf<T>(2.0f * cell) - 1.0f;
+        store<T>(g + k, gk);
+        store<T>(c + k, cell);
+        store<T>(tanhC + k, t);
+        store<T>(h + k, load<T>(o + k) * t);
+    });
 }
 
 template <bool withOut>
-inline void backwardRow(int64_t H, const float* __restrict i, const float* __restrict f, const float* __restrict g,
-    const float* __restrict o, const float* __restrict tanhC, const float* __restrict cPrev, float* __restrict dh,
-    const float* __restrict dOut, float* __restrict dc, float* __restrict di, float* __restrict df,
-    float* __restrict dg, float* __restrict dout)
+CHATBENCH_INLINE void backwardRow(int64_t H, const float* __restrict i, const float* __restrict f,
+    const float* __restrict g, const float* __restrict o, const float* __restrict tanhC, const float* __restrict cPrev,
+    float* __restrict dh, const float* __restrict dOut, float* __restrict dc, float* __restrict di,
+    float* __restrict df, float* __restrict dg, float* __restrict dout)
 {
     for (int64_t k = 0; k < H; ++k) {
         const float t = tanhC[k];
@@ -111,10 +168,8 @@ CHATBENCH_CLONES void lstmForwardStep(
 {
     for (int64_t b = 0; b < B; ++b) {
         float* a = acts + b * 4 * H;
-        for (int64_t k = 0; k < 2 * H; ++k) // i and f
-            a[k] = sigmoidOf(a[k]);
-        for (int64_t k = 3 * H; k < 4 * H; ++k) // o (the cell candidate's tanh comes in cellRow)
-            a[k] = sigmoidOf(a[k]);
+        sigmoidInPlace(a, 2 * H); // i and f
+        sigmoidInPlace(a + 3 * H, H); // o (the cell candidate's tanh comes in cellRow)
         cellRow(H, a, a + H, a + 2 * H, a + 3 * H, cPrev + b * H, c + b * H, tanhC + b * H, h + b * H);
     }
 }
@@ -168,19 +223,18 @@ CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
 
 namespace {
 
-// The max and the sums in 16 partial results each (what a vector register holds): the compiler
-// keeps to the order written, so only explicit partials vectorise.
+// The max and the sums in 16 partial results each (one F16; the compiler keeps to the order
+// written, so only explicit partials vectorise).
 constexpr int64_t kLanes = 16;
 
-inline float rowMax(const float* zr, int64_t V)
+CHATBENCH_INLINE float rowMax(const float* zr, int64_t V)
 {
-    float part[kLanes];
-    for (int64_t j = 0; j < kLanes; ++j)
-        part[j] = zr[0];
+    F16 part = F16 {} + zr[0];
     int64_t v = 0;
-    for (; v + kLanes <= V; v += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j)
-            part[j] = zr[v + j] > part[j] ? zr[v + j] : part[j];
+    for (; v + kLanes <= V; v += kLanes) {
+        const F16 a = load<F16>(zr + v);
+        part = a > part ? a : part;
+    }
     float m = zr[0];
     for (; v < V; ++v)
         m = zr[v] > m ? zr[v] : m;
@@ -189,21 +243,36 @@ inline float rowMax(const float* zr, int64_t V)
     return m;
 }
 
+// Σ e^(z − m) over a row: in the 16 partials, then the tail, then the partials added in lane
+// order. With `keep`, each e^(z − m) is also written over z.
+template <bool keep> CHATBENCH_INLINE float sumExp(float* z, int64_t V, float m)
+{
+    F16 part {};
+    int64_t v = 0;
+    for (; v + kLanes <= V; v += kLanes) {
+        const F16 e = expNonPositive<F16>(load<F16>(z + v) - m);
+        if constexpr (keep)
+            store<F16>(z + v, e);
+        part += e;
+    }
+    float sum = 0;
+    for (; v < V; ++v) {
+        const float e = expNonPositive<float>(z[v] - m);
+        if constexpr (keep)
+            z[v] = e;
+        sum += e;
+    }
+    for (int64_t j = 0; j < kLanes; ++j)
+        sum += part[j];
+    return sum;
+}
+
 } // namespace
 
 CHATBENCH_CLONES double logSumExp(const float* z, int64_t V)
 {
     const float m = rowMax(z, V);
-    float part[kLanes] = {};
-    int64_t v = 0;
-    for (; v + kLanes <= V; v += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j)
-            part[j] += expNonPositive(z[v + j] - m);
-    float sum = 0;
-    for (; v < V; ++v)
-        sum += expNonPositive(z[v] - m);
-    for (int64_t j = 0; j < kLanes; ++j)
-        sum += part[j];
+    const float sum = sumExp<false>(const_cast<float*>(z), V, m); // read only: keep is false
     return static_cast<double>(m) + std::log(static_cast<double>(sum));
 }
 
@@ -214,23 +283,10 @@ CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, 
         float* zr = z + row * V;
         const float m = rowMax(zr, V);
         const float zt = zr[target[row]];
-        float part[kLanes] = {};
-        int64_t v = 0;
-        for (; v + kLanes <= V; v += kLanes)
-            for (int64_t j = 0; j < kLanes; ++j) {
-                zr[v + j] = expNonPositive(zr[v + j] - m);
-                part[j] += zr[v + j];
-            }
-        float sum = 0;
-        for (; v < V; ++v) {
-            zr[v] = expNonPositive(zr[v] - m);
-            sum += zr[v];
-        }
-        for (int64_t j = 0; j < kLanes; ++j)
-            sum += part[j];
+        const float sum = sumExp<true>(zr, V, m);
         loss += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(zt);
         const float inv = 1.0f / sum;
-        for (v = 0; v < V; ++v) {
+        for (int64_t v = 0; v < V; ++v) {
             zr[v] *= inv;
             colSum[v] += zr[v];
         }
