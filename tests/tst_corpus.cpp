@@ -7,9 +7,32 @@
 
 #include <QFileInfo>
 
+#include <optional>
 #include <sys/stat.h>
 
 using namespace chatbench;
+
+namespace {
+
+// The error loading `path` gives, or none when it loads.
+std::optional<Error> loadError(const std::string& path, const LoadOptions& options = {})
+{
+    try {
+        loadCorpus(path, options);
+    } catch (const Error& e) {
+        return e;
+    }
+    return std::nullopt;
+}
+
+LoadOptions strictly()
+{
+    LoadOptions o;
+    o.strict = true;
+    return o;
+}
+
+} // namespace
 
 class TestCorpus : public QObject {
     Q_OBJECT
@@ -338,15 +361,10 @@ void TestCorpus::yamlFolderSkipsUnreadableFiles()
     QCOMPARE(c.warnings[2].line, 2L); // d.yml: the bad byte
     QCOMPARE(c.warnings[3].kind, CorpusWarning::Kind::Record);
     QCOMPARE(c.warnings[3].line, 4L);
-    LoadOptions strict;
-    strict.strict = true;
-    try {
-        loadCorpus(path, strict);
-        QFAIL("expected an error");
-    } catch (const Error& e) {
-        QCOMPARE(e.file(), broken);
-        QCOMPARE(e.line(), 4L);
-    }
+    const auto e = loadError(path, strictly());
+    QVERIFY(e);
+    QCOMPARE(e->file(), broken);
+    QCOMPARE(e->line(), 4L);
     // A folder whose only file is unreadable is an error, not an empty corpus.
     QTemporaryDir one;
     const std::string only = testutil::writeFile(one, "c/only.yml", "conversations: [\n");
@@ -673,21 +691,13 @@ void TestCorpus::folderNamesWhatItCannotRead()
         [](const CorpusWarning& x) { return x.kind == CorpusWarning::Kind::File; });
     QCOMPARE(w->file, locked);
     QVERIFY2(w->message.find("folder cannot be read") != std::string::npos, w->message.c_str());
-    LoadOptions strict;
-    strict.strict = true;
-    try {
-        loadCorpus(path, strict);
-        QFAIL("expected an error");
-    } catch (const Error& e) {
-        QCOMPARE(e.file(), locked);
-    }
+    const auto strictError = loadError(path, strictly());
+    QVERIFY(strictError);
+    QCOMPARE(strictError->file(), locked);
     // The folder alone: the error says why nothing was found.
-    try {
-        loadCorpus(locked);
-        QFAIL("expected an error");
-    } catch (const Error& e) {
-        QVERIFY2(QString(e.what()).contains("could be read"), e.what());
-    }
+    const auto alone = loadError(locked);
+    QVERIFY(alone);
+    QVERIFY2(QString(alone->what()).contains("could be read"), alone->what());
     ::chmod(locked.c_str(), 0755);
 }
 

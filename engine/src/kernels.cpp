@@ -126,9 +126,8 @@ CHATBENCH_CLONES void rmspropUpdate(
     }
 }
 
-// One row's element loops, each block (gate, state) a parameter of its own marked restrict: the
-// blocks never overlap, and only restrict parameters (not offsets of one pointer, nor restrict
-// locals) let the compiler vectorise these loops without run-time overlap checks.
+// One row's element loops, each block (gate, state) a parameter of its own marked restrict (the
+// blocks never overlap).
 CHATBENCH_INLINE void cellRow(int64_t H, const float* __restrict i, const float* __restrict f, float* __restrict g,
     const float* __restrict o, const float* __restrict cPrev, float* __restrict c, float* __restrict tanhC,
     float* __restrict h)
