@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-60}"
 [ $# -gt 0 ] && shift
 BUILD=build-fuzz
-ALL=(corpus_yaml corpus_tsv corpus_jsonl corpus_dialog corpus_cornell tokenizer config state keras_model keras_tokenizer
-  checkpoint)
+ALL=(corpus_yaml corpus_tsv corpus_jsonl corpus_dialog corpus_cornell tokenizer config state bench_report keras_model
+  keras_tokenizer checkpoint)
 HARNESSES=("$@")
 if [ $# -eq 0 ]; then HARNESSES=("${ALL[@]}"); fi
 
@@ -29,6 +29,7 @@ seed() { # harness → seed files
     config|state) ls tests/fixtures/keras/*_tokenizer.json ;;
     keras_model) ls tests/fixtures/keras/*.keras tests/fixtures/keras/*.h5 ;;
     keras_tokenizer) ls tests/fixtures/keras/*_tokenizer.json ;;
+    bench_report) find bench/reports -name '*.json' ! -name summary.json ;;
   esac
 }
 

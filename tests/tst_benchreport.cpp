@@ -6,6 +6,10 @@
 #include "testutil.h"
 
 #include <QDirIterator>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+
+#include <sys/stat.h>
 
 #include <cmath>
 
@@ -43,6 +47,9 @@ private Q_SLOTS:
     void workloadsGroupLikeWithLike();
     void badReports_data();
     void badReports();
+    void fieldsOutOfRangeNameTheirLine_data();
+    void fieldsOutOfRangeNameTheirLine();
+    void reportFilesAreReadSafely();
     void committedReportsImport();
 };
 
@@ -228,7 +235,8 @@ void TestBenchReport::reportRoundTrip()
     row.energyJoules = -1;
     row.energySource = "not available";
     r.rows.push_back(row);
-    r.races = { { "cuda:0", BenchPrecision::FP16, 0, { { 0.5, 5.0, 5.5 }, { 1.0, 4.0, NAN } } } };
+    // A race that diverged: its loss is written as null, and read back as NaN.
+    r.races = { { "cuda:0", BenchPrecision::FP16, 0, { { 0.5, 5.0, 5.5 }, { 1.0, 4.0, NAN }, { 1.5, NAN, NAN } } } };
     r.notes = { "cpu fp16: not supported" };
     const std::string json = toJson(r);
     const BenchReport back = benchReportFromJson(json, "mem.json");
@@ -239,6 +247,7 @@ void TestBenchReport::reportRoundTrip()
     QCOMPARE(back.rows[0].warmupRuns, 7);
     QCOMPARE(back.rows[0].lstmDtype, std::string("float16"));
     QVERIFY(std::isnan(back.races[0].points[1].validationLoss));
+    QVERIFY(std::isnan(back.races[0].points[2].loss));
     QCOMPARE(back.schemaVersion, BenchReport::kSchemaVersion);
 }
 
@@ -250,7 +259,7 @@ void TestBenchReport::badReports_data()
     QTest::newRow("syntax") << QByteArray("{\n \"format\": \"chatbench-bench\",\n \"rows\": [,]\n}") << 3L << "JSON";
     QTest::newRow("other-format") << QByteArray("{\"format\": \"chatbench-config\"}") << 1L
                                   << "not a chatbench benchmark";
-    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 0L
+    QTest::newRow("newer-schema") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 99}") << 1L
                                   << "schema version 99";
     QTest::newRow("missing") << QByteArray("{\"format\": \"chatbench-bench\", \"schema_version\": 1}") << 0L
                              << "bad benchmark report";
@@ -259,12 +268,12 @@ void TestBenchReport::badReports_data()
         " \"model\": {\"vocab_size\": 1, \"embed_dim\": 1, \"hidden\": 1, \"layers\": 1},"
         " \"corpus\": {}, \"gemm\": [], \"rows\": [{\"device\": \"cpu\", \"precision\":"
         " \"fp32\", \"threads\": 1, \"batch\": 1, \"unit\": \"fortnight\"}]}")
-                                  << 0L << "unknown unit 'fortnight'";
+                                  << 1L << "unknown unit 'fortnight'";
     QTest::newRow("unknown-precision") << QByteArray(
         "{\"format\": \"chatbench-bench\", \"schema_version\": 1, \"machine\": {},"
         " \"model\": {\"vocab_size\": 1, \"embed_dim\": 1, \"hidden\": 1, \"layers\": 1},"
         " \"corpus\": {}, \"gemm\": [{\"device\": \"cpu\", \"precision\": \"fp8\", \"n\": 1, \"gflops\": 1}],"
-        " \"rows\": []}") << 0L << "unknown precision 'fp8'";
+        " \"rows\": []}") << 1L << "unknown precision 'fp8'";
 }
 
 void TestBenchReport::badReports()
@@ -282,6 +291,156 @@ void TestBenchReport::badReports()
     }
 }
 
+namespace {
+// A report as `bench` writes it: one CPU row, one GEMM ceiling, a race.
+std::string wellFormedReport()
+{
+    BenchReport r;
+    r.label = "fixture";
+    r.model.vocabSize = 100;
+    r.corpus = "fixture";
+    r.corpusPairs = 10;
+    r.gemm = { { "cpu", BenchPrecision::FP32, 2, 1024, 150.0 } };
+    BenchRow row;
+    row.device = "cpu";
+    row.threads = 2;
+    row.batch = 50;
+    row.unit = BenchUnit::TrainStep;
+    row.time = summarise({ 0.020, 0.021, 0.022, 0.025 });
+    row.tokensPerSecond = 25000;
+    row.gflops = 70;
+    row.gemmFraction = 0.47;
+    row.peakMemoryBytes = 1 << 29;
+    r.rows = { row };
+    r.races = { { "cpu", BenchPrecision::FP32, 2, { { 1.0, 5.0, 5.5 }, { 2.0, 4.0, 5.0 } } } };
+    r.notes = { "a note" };
+    return toJson(r);
+}
+} // namespace
+
+// Found by reading the reader after an outside pass: it took any number a report held (a batch
+// of 0 or 1e300, which was cast to int, a negative time, times out of order, a zero median the
+// speed-ups divide by) and said "report.json:" without a line for the fields it refused.
+void TestBenchReport::fieldsOutOfRangeNameTheirLine_data()
+{
+    QTest::addColumn<QString>("pattern"); // replaced in a well-formed report
+    QTest::addColumn<QString>("replacement");
+    QTest::addColumn<QString>("fragment");
+    QTest::addColumn<QString>("lineOf"); // the error's line: the first holding this after the edit
+    QTest::newRow("batch 0") << "\"batch\": 50"
+                             << "\"batch\": 0"
+                             << "'rows[0].batch' must be between 1 and"
+                             << "\"batch\"";
+    QTest::newRow("batch 1e300") << "\"batch\": 50"
+                                 << "\"batch\": 1e300"
+                                 << "'rows[0].batch' must be a whole number"
+                                 << "\"batch\"";
+    QTest::newRow("threads negative") << "\"threads\": 2,\\s*\"batch\""
+                                      << "\"threads\": -2, \"batch\""
+                                      << "'rows[0].threads' must be between 0 and"
+                                      << "\"threads\": -2";
+    QTest::newRow("median negative") << "\"median_s\": [0-9.e-]+"
+                                     << "\"median_s\": -0.02"
+                                     << "'rows[0].time.median_s' must be between 0 and"
+                                     << "\"median_s\"";
+    QTest::newRow("median zero") << "\"median_s\": [0-9.e-]+"
+                                 << "\"median_s\": 0"
+                                 << "'rows[0].time.median_s' must be above 0"
+                                 << "\"median_s\"";
+    QTest::newRow("times out of order") << "\"p10_s\": [0-9.e-]+"
+                                        << "\"p10_s\": 9.5"
+                                        << "'rows[0].time' is out of order"
+                                        << "\"time\"";
+    QTest::newRow("sample negative") << "\"samples_s\": \\[\\s*[0-9.e-]+"
+                                     << "\"samples_s\": [\n -1.5"
+                                     << "'rows[0].time.samples_s[0]' must be a number of seconds"
+                                     << "-1.5";
+    QTest::newRow("gflops huge") << "\"gflops\": 70[.0-9]*"
+                                 << "\"gflops\": 1e300"
+                                 << "'rows[0].gflops' must be between 0 and"
+                                 << "1e300";
+    QTest::newRow("energy a word") << "\"energy_joules\": null"
+                                   << "\"energy_joules\": \"lots\""
+                                   << "'rows[0].energy_joules' must be a number"
+                                   << "\"energy_joules\"";
+    QTest::newRow("row not an object") << "\"rows\": \\["
+                                       << "\"rows\": [\n 55555, "
+                                       << "'rows[0]' must be an object"
+                                       << "55555";
+    QTest::newRow("label too long") << "\"label\": \"fixture\""
+                                    << "\"label\": \"" + QString(5000, 'x') + "\""
+                                    << "'label' is longer than 4096 bytes"
+                                    << "\"label\"";
+    QTest::newRow("too many notes") << "\"notes\": \\[[^\\]]*\\]"
+                                    << "\"notes\": [" + QString("\"n\", ").repeated(10000) + "\"n\"]"
+                                    << "'notes' holds 10001 items, more than the 10000"
+                                    << "\"notes\"";
+    QTest::newRow("race seconds negative") << "\"seconds\": 1.0"
+                                           << "\"seconds\": -7.25"
+                                           << "'races[0].points[0].seconds' must be between 0 and"
+                                           << "-7.25";
+    QTest::newRow("model hidden zero") << "\"hidden\": 200"
+                                       << "\"hidden\": 0"
+                                       << "'model.hidden' must be between 1 and"
+                                       << "\"hidden\"";
+    QTest::newRow("precision unknown") << "\"precision\": \"fp32\",\\s*\"threads\": 2,\\s*\"batch\""
+                                       << "\"precision\": \"fp4\", \"threads\": 2, \"batch\""
+                                       << "unknown precision 'fp4'"
+                                       << "fp4";
+}
+
+void TestBenchReport::fieldsOutOfRangeNameTheirLine()
+{
+    QFETCH(QString, pattern);
+    QFETCH(QString, replacement);
+    QFETCH(QString, fragment);
+    QFETCH(QString, lineOf);
+    QString text = QString::fromStdString(wellFormedReport());
+    (void)benchReportFromJson(text.toStdString(), "r.json"); // well formed before the edit
+    const QRegularExpression re(pattern);
+    const auto m = re.match(text);
+    QVERIFY2(m.hasMatch(), qPrintable(pattern));
+    text.replace(m.capturedStart(), m.capturedLength(), replacement);
+    const long line = static_cast<long>(text.left(text.indexOf(lineOf)).count('\n')) + 1;
+    try {
+        (void)benchReportFromJson(text.toStdString(), "r.json");
+        QFAIL("expected an error");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(fragment), e.what());
+        QVERIFY2(
+            e.line() == line, qPrintable(QString("line %1, expected %2: %3").arg(e.line()).arg(line).arg(e.what())));
+    }
+}
+
+void TestBenchReport::reportFilesAreReadSafely()
+{
+    QTemporaryDir dir;
+    const std::string good = testutil::writeFile(dir, "good.json", QByteArray::fromStdString(wellFormedReport()));
+    QCOMPARE(readBenchReport(good).rows.size(), size_t(1));
+    // A pipe is refused before it is opened (opening waits for a writer), a folder by name.
+    const QString pipe = dir.filePath("pipe.json");
+    QCOMPARE(::mkfifo(QFile::encodeName(pipe).constData(), 0600), 0);
+    auto refused = [](const std::string& path) {
+        try {
+            (void)readBenchReport(path);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("read");
+    };
+    QVERIFY(refused(pipe.toStdString()).find("not a regular file") != std::string::npos);
+    QVERIFY(refused(dir.path().toStdString()).find("is a folder") != std::string::npos);
+    // A file far larger than any report is refused by its size, unread (a sparse 3 GiB file).
+    const QString huge = dir.filePath("huge.json");
+    {
+        QFile f(huge);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QVERIFY(f.resize(qint64(3) << 30));
+    }
+    QVERIFY2(refused(huge.toStdString()).find("more than the limit of 64 MiB") != std::string::npos,
+        refused(huge.toStdString()).c_str());
+}
+
 void TestBenchReport::committedReportsImport()
 {
     // Every report in bench/reports (chatbench's own and the peers', written by Python) reads back.
@@ -291,9 +450,7 @@ void TestBenchReport::committedReportsImport()
         const QString path = it.next();
         if (path.endsWith("summary.json"))
             continue; // the peers' comparison table, another format
-        QFile f(path);
-        QVERIFY(f.open(QIODevice::ReadOnly));
-        const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
+        const BenchReport r = readBenchReport(path.toStdString());
         QVERIFY2(!r.rows.empty(), qPrintable(path));
         ++seen;
     }

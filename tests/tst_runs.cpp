@@ -270,100 +270,117 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
     QTest::addColumn<QString>("pattern"); // replaced in the file as written
     QTest::addColumn<QString>("replacement");
     QTest::addColumn<QString>("fragment");
+    QTest::addColumn<bool>("located"); // the error names the line of the replacement (else the file)
     QTest::newRow("config string") << "config.json"
                                    << "\"hidden\": \\d+"
                                    << "\"hidden\": \"128\""
-                                   << "'model.hidden' must be a whole number that fits, not \"128\"";
+                                   << "'model.hidden' must be a whole number that fits, not \"128\"" << true;
     QTest::newRow("config fraction") << "config.json"
                                      << "\"hidden\": \\d+"
                                      << "\"hidden\": 128.5"
-                                     << "'model.hidden' must be a whole number that fits, not 128.5";
-    QTest::newRow("config negative seed") << "config.json"
-                                          << "\"seed\": \\d+"
-                                          << "\"seed\": -1"
-                                          << "'train.seed' must be a whole number of 0 or more that fits, not -1";
+                                     << "'model.hidden' must be a whole number that fits, not 128.5" << true;
+    QTest::newRow("config negative seed")
+        << "config.json"
+        << "\"seed\": \\d+"
+        << "\"seed\": -1"
+        << "'train.seed' must be a whole number of 0 or more that fits, not -1" << true;
     QTest::newRow("config section null") << "config.json"
                                          << "\"device\": \\{"
                                          << "\"device\": null, \"x\": {"
-                                         << "'device' must be an object, not null";
+                                         << "'device' must be an object, not null" << true;
     QTest::newRow("config number as bool") << "config.json"
                                            << "\"attention\": false"
                                            << "\"attention\": 0"
-                                           << "'model.attention' must be true or false, not 0";
+                                           << "'model.attention' must be true or false, not 0" << true;
     QTest::newRow("state bool") << "state.json"
                                 << "\"finished\": false"
                                 << "\"finished\": \"yes\""
-                                << "'finished' must be true or false, not \"yes\"";
+                                << "'finished' must be true or false, not \"yes\"" << true;
     QTest::newRow("state history") << "state.json"
                                    << "\"history\": \\[\\]"
                                    << "\"history\": \"x\""
-                                   << "'history' must be a list";
+                                   << "'history' must be a list" << true;
     QTest::newRow("state missing") << "state.json"
                                    << "\"step\": \\d+,"
                                    << ""
-                                   << "'step' is missing";
+                                   << "'step' is missing" << false;
     // Edits that keep each field valid but the whole inconsistent, found in a fifth hostile pass.
     QTest::newRow("state step of another checkpoint")
         << "state.json"
         << "\"step\": \\d+,"
         << "\"step\": 7,"
-        << "'step' 7 is not the step of its checkpoint 'ckpt-00000004.pt'";
-    QTest::newRow("state epochs without history") << "state.json"
-                                                  << "\"epoch\": 0,"
-                                                  << "\"epoch\": 2,"
-                                                  << "'history' holds 0 epoch(s) where 'epoch' says 2 are done";
+        << "'step' 7 is not the step of its checkpoint 'ckpt-00000004.pt'" << false;
+    QTest::newRow("state epochs without history")
+        << "state.json"
+        << "\"epoch\": 0,"
+        << "\"epoch\": 2,"
+        << "'history' holds 0 epoch(s) where 'epoch' says 2 are done" << false;
     QTest::newRow("state negative best loss") << "state.json"
                                               << "\"best_validation_loss\": [^,]+,\\s*\"have_best\": false"
                                               << "\"best_validation_loss\": -1.5, \"have_best\": true"
-                                              << "'best_validation_loss' is out of range";
+                                              << "'best_validation_loss' is out of range" << true;
     QTest::newRow("state NUL in a name") << "state.json"
                                          << "\"checkpoint\": \"ckpt-00000004.pt\""
                                          << "\"checkpoint\": \"ckpt-00000004.pt\\u0000.json\""
-                                         << "'checkpoint' holds a NUL character";
+                                         << "'checkpoint' holds a NUL character" << true;
     QTest::newRow("state key twice") << "state.json"
                                      << "\"step\": \\d+,"
                                      << "\"step\": 4, \"step\": 5,"
-                                     << "the key 'step' appears twice in one object";
+                                     << "the key 'step' appears twice in one object" << true;
     QTest::newRow("config key twice") << "config.json"
                                       << "\"hidden\": \\d+"
                                       << "\"hidden\": 64, \"hidden\": 200"
-                                      << "the key 'hidden' appears twice in one object";
+                                      << "the key 'hidden' appears twice in one object" << true;
     QTest::newRow("config NUL in a key") << "config.json"
                                          << "\"hidden\": \\d+"
                                          << "\"hidden\": 64, \"hid\\u0000den\": 200"
-                                         << "holds a NUL character (\\u0000)";
+                                         << "holds a NUL character (\\u0000)" << true;
     QTest::newRow("vocab NUL") << "vocab.json"
                                << "\"hello\""
                                << "\"hel\\u0000lo\""
-                               << "is empty or holds white space or NUL";
+                               << "is empty or holds white space or NUL" << true;
     QTest::newRow("state best loss missing") << "state.json"
                                              << "\"best_validation_loss\": [^,]+,\\s*\"have_best\": false"
                                              << "\"best_validation_loss\": null, \"have_best\": true"
-                                             << "'best_validation_loss' is out of range";
+                                             << "'best_validation_loss' is out of range" << true;
     QTest::newRow("state nested deep (was a stack overflow)")
         << "state.json"
         << "\"checkpoint\": \"ckpt-00000004.pt\""
-        << "\"checkpoint\": " + QString(100000, '[') + QString(100000, ']') << "nested more than 100 levels deep";
+        << "\"checkpoint\": " + QString(100000, '[') + QString(100000, ']') << "nested more than 100 levels deep"
+        << true;
     QTest::newRow("config nested deep") << "config.json"
                                         << "\"hidden\": \\d+"
                                         << "\"hidden\": " + QString(150, '[') + QString(150, ']')
-                                        << "nested more than 100 levels deep";
+                                        << "nested more than 100 levels deep" << true;
     QTest::newRow("state recipe not settings") << "state.json"
                                                << "\"step\": \\d+,"
                                                << "\"recipe\": {\"model.hidden\": [1]}, \"step\": 4,"
-                                               << "'recipe' must be an object of at most 256 settings";
+                                               << "'recipe' must be an object of at most 256 settings" << true;
     QTest::newRow("vocab tokens") << "vocab.json"
                                   << "\"tokens\": \\["
                                   << "\"tokens\": 5, \"x\": ["
-                                  << "'tokens' must be a list of words";
+                                  << "'tokens' must be a list of words" << true;
     QTest::newRow("vocab space") << "vocab.json"
                                  << "\"hello\""
                                  << "\"hel lo\""
-                                 << "('hel lo') is empty or holds white space";
+                                 << "('hel lo') is empty or holds white space" << true;
+    // The setting's own line, not the file as a whole: a name out of its list, a value out of its range.
+    QTest::newRow("config optimizer name") << "config.json"
+                                           << "\"optimizer\": \"[a-z]+\""
+                                           << "\"optimizer\": \"adagrad\""
+                                           << "'train.optimizer' must be adam, rmsprop or sgd" << true;
+    QTest::newRow("config hidden range") << "config.json"
+                                         << "\"hidden\": \\d+"
+                                         << "\"hidden\": 0"
+                                         << "hidden must be 1..8192" << true;
+    QTest::newRow("vocab mode") << "vocab.json"
+                                << "\"mode\": \"[a-z]+\""
+                                << "\"mode\": \"bpe\""
+                                << "unknown tokenizer mode 'bpe'" << true;
     QTest::newRow("vocab empty") << "vocab.json"
                                  << "\"hello\""
                                  << "\"\""
-                                 << "('') is empty or holds white space";
+                                 << "('') is empty or holds white space" << true;
 }
 
 // Found by an outside pass: a run file of NUL bytes said "[json.exception.parse_error.101] …
@@ -431,6 +448,7 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed()
     QFETCH(QString, pattern);
     QFETCH(QString, replacement);
     QFETCH(QString, fragment);
+    QFETCH(bool, located);
     QTemporaryDir dir;
     const std::string run = dir.path().toStdString();
     testutil::writeFile(dir, "config.json", QByteArray::fromStdString(toJson(TrainConfig {})));
@@ -445,7 +463,9 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed()
     f.close();
     const QRegularExpression re(pattern);
     QVERIFY2(text.contains(re), qPrintable(text));
-    text.replace(text.indexOf(re), re.match(text).capturedLength(), replacement);
+    const qsizetype at = text.indexOf(re);
+    const long line = located ? static_cast<long>(text.left(at).count('\n')) + 1 : 0L;
+    text.replace(at, re.match(text).capturedLength(), replacement);
     testutil::writeFile(dir, file, text.toUtf8());
     try {
         if (file == "config.json")
@@ -458,6 +478,8 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed()
     } catch (const Error& e) {
         QVERIFY2(QString::fromStdString(e.file()).endsWith(file), e.what());
         QVERIFY2(QString(e.what()).contains(fragment), e.what());
+        QVERIFY2(
+            e.line() == line, qPrintable(QString("line %1, expected %2: %3").arg(e.line()).arg(line).arg(e.what())));
     }
 }
 

@@ -45,6 +45,8 @@
 #include <algorithm>
 #include <memory>
 
+#include <sys/stat.h>
+
 using namespace chatbench;
 
 namespace {
@@ -677,6 +679,23 @@ void TestUi::compareShowsImportedReports()
     QVERIFY(!compare->errorLabel()->isHidden());
     QVERIFY2(compare->errorLabel()->text().contains(bad + ":3:"), qPrintable(compare->errorLabel()->text()));
     QCOMPARE(compare->sources().size(), before + 2);
+    // A pipe named like a report is refused unopened (opening it waited for a writer: the window
+    // froze), and a report whose times are out of order is named at the line of the row's time.
+    const QString pipe = m_dir.filePath("pipe.json");
+    QCOMPARE(::mkfifo(QFile::encodeName(pipe).constData(), 0600), 0);
+    QVERIFY(!compare->importReport(pipe));
+    QVERIFY2(compare->errorLabel()->text().contains("not a regular file"), qPrintable(compare->errorLabel()->text()));
+    std::string text = toJson(fixtureReport("Odd", "cpu", 1.0));
+    const size_t p10 = text.find("\"p10_s\":");
+    text.replace(p10, text.find(',', p10) - p10, "\"p10_s\": 99.0");
+    const QString odd = QString::fromStdString(testutil::writeFile(m_dir, "odd.json", QByteArray::fromStdString(text)));
+    QVERIFY(!compare->importReport(odd));
+    const size_t time = text.rfind("\"time\":", p10);
+    const long timeLine = static_cast<long>(std::count(text.begin(), text.begin() + static_cast<long>(time), '\n')) + 1;
+    QVERIFY2(compare->errorLabel()->text().contains(QString("%1:%2:").arg(odd).arg(timeLine))
+            && compare->errorLabel()->text().contains("out of order"),
+        qPrintable(compare->errorLabel()->text()));
+    QCOMPARE(compare->sources().size(), before + 2);
 
     const QString png = m_dir.filePath("compare.png"), pdf = m_dir.filePath("compare.pdf");
     QVERIFY(compare->exportCharts(png));
@@ -709,11 +728,12 @@ void TestUi::compareRunsBenchmarkHere()
     auto exported = [&](int row) {
         compare->reportList()->setCurrentRow(row);
         const QString out = m_dir.filePath(QString("export-%1.json").arg(row));
-        if (!compare->exportReport(out))
+        QString why;
+        if (!compare->exportReport(out, &why)) {
+            qWarning() << why;
             return BenchReport {};
-        QFile f(out);
-        return f.open(QIODevice::ReadOnly) ? benchReportFromJson(f.readAll().toStdString(), out.toStdString())
-                                           : BenchReport {};
+        }
+        return readBenchReport(out.toStdString());
     };
     const BenchReport mine = exported(compare->sources().size() - 1);
     QCOMPARE(mine.rows.size(), local.report.rows.size());

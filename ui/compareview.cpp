@@ -1,6 +1,7 @@
 #include "compareview.h"
 
 #include "chatbench/error.h"
+#include "chatbench/outputfile.h"
 #include "enginecontroller.h"
 #include "plotaxes.h"
 #include "qcp.h"
@@ -9,7 +10,6 @@
 #include <QComboBox>
 #include <QDateTime>
 #include <QDirIterator>
-#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -24,7 +24,6 @@
 #include <QPdfWriter>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QSaveFile>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
@@ -268,9 +267,9 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     connect(exportButton, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(
             this, tr("Export the selected report"), "bench-report.json", tr("Reports (*.json)"));
+        QString why;
         if (!path.isEmpty())
-            Q_EMIT status(
-                exportReport(path) ? tr("report written to %1").arg(path) : tr("could not write %1").arg(path));
+            Q_EMIT status(exportReport(path, &why) ? tr("report written to %1").arg(path) : why);
     });
     connect(removeButton, &QPushButton::clicked, this, [this] {
         const int row = m_reports->currentRow();
@@ -407,11 +406,8 @@ void CompareView::setReportsDir(const QString& dir)
     files.sort();
     for (const QString& path : files) {
         // Only files that read as reports (a folder may hold summaries and other JSON too).
-        QFile f(path);
-        if (!f.open(QIODevice::ReadOnly))
-            continue;
         try {
-            const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
+            const BenchReport r = readBenchReport(path.toStdString());
             auto* item = new QListWidgetItem(
                 QString("%1 — %2").arg(QDir(dir).relativeFilePath(path), QString::fromStdString(r.label)), m_saved);
             item->setData(Qt::UserRole, path);
@@ -471,14 +467,8 @@ void CompareView::addReport(const QString& label, const BenchReport& report, boo
 
 bool CompareView::importReport(const QString& path)
 {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) {
-        m_error->setText(tr("%1: cannot open the file").arg(path));
-        m_error->show();
-        return false;
-    }
     try {
-        const BenchReport r = benchReportFromJson(f.readAll().toStdString(), path.toStdString());
+        const BenchReport r = readBenchReport(path.toStdString());
         const QString label
             = QString::fromStdString(r.label.empty() ? QFileInfo(path).baseName().toStdString() : r.label);
         addReport(label, r, false);
@@ -492,7 +482,7 @@ bool CompareView::importReport(const QString& path)
     }
 }
 
-bool CompareView::exportReport(const QString& path) const
+bool CompareView::exportReport(const QString& path, QString* why) const
 {
     const int row = m_reports->currentRow();
     int index = row >= 0 ? row : -1;
@@ -500,13 +490,19 @@ bool CompareView::exportReport(const QString& path) const
         for (int i = static_cast<int>(m_sources.size()) - 1; i >= 0 && index < 0; --i)
             if (m_sources[i].local)
                 index = i;
-    if (index < 0 || index >= m_sources.size())
+    if (index < 0 || index >= m_sources.size()) {
+        if (why)
+            *why = tr("no report to export: select one in the list");
         return false;
-    QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly))
+    }
+    try {
+        writeOutputFile(path.toStdString(), toJson(m_sources[index].report));
+        return true;
+    } catch (const Error& e) {
+        if (why)
+            *why = tr("could not write the report: %1").arg(QString::fromStdString(e.what()));
         return false;
-    f.write(QByteArray::fromStdString(toJson(m_sources[index].report)));
-    return f.commit();
+    }
 }
 
 bool CompareView::exportCharts(const QString& path)

@@ -39,7 +39,9 @@ public:
     void setRepeats(int repeats);
     // Adds a report file; returns false (and shows the error with file:line) when it is bad.
     bool importReport(const QString& path);
-    bool exportReport(const QString& path) const;
+    // Writes the selected report (else the newest local one) whole or not at all; false, with the
+    // reason in `why`, when there is none or it cannot be written.
+    bool exportReport(const QString& path, QString* why = nullptr) const;
     bool exportCharts(const QString& path); // .png or .pdf
     void addReport(const QString& label, const chatbench::BenchReport& report, bool local);
     // The folder of saved reports (the project's bench/reports): listed in the Reports panel and

@@ -3,6 +3,7 @@
 
 #include "chatbench/error.h"
 #include "jsondoc.h"
+#include "text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,23 +21,119 @@ ordered_json timingJson(const Timing& t)
         { "samples_s", t.samples } };
 }
 
-BenchPrecision precisionFrom(const nlohmann::json& j, const std::string& file)
+// The limits of a report this reads: far above any sweep `bench` makes (a few hundred rows), low
+// enough that a hostile file cannot make the Compare view draw for minutes.
+constexpr size_t kMaxRows = 100000, kMaxListItems = 10000, kMaxSamples = 1000000;
+constexpr size_t kMaxText = 4096; // a label, a name or a note
+constexpr int64_t kMaxReportBytes = int64_t(64) << 20;
+
+std::string shownNumber(double v)
 {
-    const std::string name = j.at("precision").get<std::string>();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
+}
+
+// obj[key] as a number in [lo, hi] (finite), or FieldError naming the field and the range.
+template <typename T> T within(const JsonObject& obj, const std::string& key, T lo, T hi)
+{
+    const T v = field<T>(obj, key);
+    if (!(v >= lo && v <= hi)) // NaN fails too
+        throw FieldError("'" + pathOf(obj, key) + "' must be between " + shownNumber(static_cast<double>(lo)) + " and "
+                + shownNumber(static_cast<double>(hi)) + ", not " + shownNumber(static_cast<double>(v)),
+            pathOf(obj, key));
+    return v;
+}
+template <typename T> T within(const JsonObject& obj, const std::string& key, T lo, T hi, T fallback)
+{
+    return obj.json.contains(key) ? within<T>(obj, key, lo, hi) : fallback;
+}
+
+std::string shortText(const JsonObject& obj, const std::string& key, const std::string& fallback = {})
+{
+    std::string v = field<std::string>(obj, key, fallback);
+    if (v.size() > kMaxText)
+        throw FieldError(
+            "'" + pathOf(obj, key) + "' is longer than " + std::to_string(kMaxText) + " bytes", pathOf(obj, key));
+    return v;
+}
+
+// obj[key] as a list of at most `most` items; an empty list when it is absent and `optional`.
+const nlohmann::json& list(const JsonObject& obj, const std::string& key, size_t most, bool optional = false)
+{
+    static const nlohmann::json empty = nlohmann::json::array();
+    if (optional && !obj.json.contains(key))
+        return empty;
+    if (!obj.json.contains(key))
+        throw FieldError("'" + pathOf(obj, key) + "' is missing", obj.path);
+    const nlohmann::json& v = obj.json.at(key);
+    if (!v.is_array())
+        throw FieldError("'" + pathOf(obj, key) + "' must be a list", pathOf(obj, key));
+    if (v.size() > most)
+        throw FieldError("'" + pathOf(obj, key) + "' holds " + std::to_string(v.size()) + " items, more than the "
+                + std::to_string(most) + " a report may have",
+            pathOf(obj, key));
+    return v;
+}
+
+// Item i of a list as an object, named "rows[3]".
+JsonObject item(const nlohmann::json& items, size_t i, const JsonObject& parent, const std::string& key)
+{
+    const JsonObject at { items[i], pathOf(parent, key) + "[" + std::to_string(i) + "]" };
+    if (!at.json.is_object())
+        throw FieldError("'" + at.path + "' must be an object", at.path);
+    return at;
+}
+
+std::vector<std::string> texts(const JsonObject& obj, const std::string& key)
+{
+    std::vector<std::string> out;
+    const auto& items = list(obj, key, kMaxListItems, true);
+    for (size_t i = 0; i < items.size(); ++i) {
+        const std::string at = pathOf(obj, key) + "[" + std::to_string(i) + "]";
+        if (!items[i].is_string() || items[i].get_ref<const std::string&>().size() > kMaxText)
+            throw FieldError("'" + at + "' must be a text of at most " + std::to_string(kMaxText) + " bytes", at);
+        out.push_back(items[i].get<std::string>());
+    }
+    return out;
+}
+
+BenchPrecision precisionFrom(const JsonObject& obj)
+{
+    const std::string name = field<std::string>(obj, "precision");
     const auto p = parseBenchPrecision(name);
     if (!p)
-        throw Error(file, 0, "unknown precision '" + name + "' (" + joinNames(benchPrecisionNames()) + ")");
+        throw FieldError("unknown precision '" + printable(name) + "' (" + joinNames(benchPrecisionNames()) + ")",
+            pathOf(obj, "precision"));
     return *p;
 }
 
-Timing timingFrom(const nlohmann::json& j)
+// A timing: seconds, finite and not negative, in the order min <= p10 <= median <= p90 <= max
+// (the whiskers drawn from them), with a median above zero (the speed-ups divide by it).
+Timing timingFrom(const JsonObject& obj)
 {
-    Timing t = summarise(j.at("samples_s").get<std::vector<double>>());
-    t.median = j.at("median_s").get<double>();
-    t.p10 = j.at("p10_s").get<double>();
-    t.p90 = j.at("p90_s").get<double>();
-    t.min = j.at("min_s").get<double>();
-    t.max = j.at("max_s").get<double>();
+    constexpr double kYear = 3.2e7;
+    const auto& samples = list(obj, "samples_s", kMaxSamples);
+    std::vector<double> values;
+    for (size_t i = 0; i < samples.size(); ++i) {
+        const std::string at = obj.path + ".samples_s[" + std::to_string(i) + "]";
+        if (!samples[i].is_number() || !(samples[i].get<double>() >= 0 && samples[i].get<double>() <= kYear))
+            throw FieldError("'" + at + "' must be a number of seconds between 0 and " + shownNumber(kYear), at);
+        values.push_back(samples[i].get<double>());
+    }
+    Timing t = summarise(std::move(values));
+    t.median = within(obj, "median_s", 0.0, kYear);
+    t.p10 = within(obj, "p10_s", 0.0, kYear);
+    t.p90 = within(obj, "p90_s", 0.0, kYear);
+    t.min = within(obj, "min_s", 0.0, kYear);
+    t.max = within(obj, "max_s", 0.0, kYear);
+    if (!(t.median > 0))
+        throw FieldError(
+            "'" + obj.path + ".median_s' must be above 0 (a time that was measured)", pathOf(obj, "median_s"));
+    const double slack = 1e-9 * t.max;
+    if (!(t.min <= t.p10 + slack && t.p10 <= t.median + slack && t.median <= t.p90 + slack && t.p90 <= t.max + slack))
+        throw FieldError(
+            "'" + obj.path + "' is out of order: min_s <= p10_s <= median_s <= p90_s <= max_s must hold", obj.path);
     return t;
 }
 } // namespace
@@ -151,36 +248,38 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
     const nlohmann::json j = parseDocument(text, file, "chatbench-bench", "not a chatbench benchmark report");
     BenchReport r;
     try {
-        r.schemaVersion = j.at("schema_version").get<int>();
+        const JsonObject root { j, "" };
+        r.schemaVersion = field<int>(root, "schema_version");
         if (r.schemaVersion > BenchReport::kSchemaVersion || r.schemaVersion < 1)
-            throw Error(file, 0,
-                "report schema version " + std::to_string(r.schemaVersion) + " is not supported (this build reads 1.."
-                    + std::to_string(BenchReport::kSchemaVersion) + ")");
-        r.created = j.value("created", "");
-        r.label = j.value("label", "");
-        const auto& m = j.at("machine");
-        r.machine.cpuModel = m.value("cpu_model", "");
-        r.machine.cpuFlags = m.value("cpu_flags", std::vector<std::string> {});
-        r.machine.cores = m.value("cores", 0);
-        r.machine.memoryBytes = m.value("memory_bytes", int64_t(0));
-        r.machine.gpuName = m.value("gpu_name", "");
-        r.machine.gpuDriver = m.value("gpu_driver", "");
-        r.machine.torch = m.value("torch", "");
-        r.machine.cuda = m.value("cuda", "");
-        r.machine.cudnn = m.value("cudnn", "");
-        r.machine.onednn = m.value("onednn", "");
-        r.preset = j.value("preset", "");
-        const auto& md = j.at("model");
-        r.model.vocabSize = md.at("vocab_size").get<int64_t>();
-        r.model.embedDim = md.at("embed_dim").get<int>();
-        r.model.hidden = md.at("hidden").get<int>();
-        r.model.layers = md.at("layers").get<int>();
-        r.model.attention = md.value("attention", false);
-        r.model.maxSourceLength = md.value("max_source_length", 22);
-        r.model.maxTargetLength = md.value("max_target_length", 74);
-        r.corpus = j.at("corpus").value("name", "");
-        r.corpusPairs = j.at("corpus").value("pairs", int64_t(0));
-        const std::string fingerprint = j.at("corpus").value("fingerprint", "");
+            throw FieldError("report schema version " + std::to_string(r.schemaVersion)
+                    + " is not supported (this build reads 1.." + std::to_string(BenchReport::kSchemaVersion) + ")",
+                "schema_version");
+        r.created = shortText(root, "created");
+        r.label = shortText(root, "label");
+        const JsonObject m = section(root, "machine");
+        r.machine.cpuModel = shortText(m, "cpu_model");
+        r.machine.cpuFlags = texts(m, "cpu_flags");
+        r.machine.cores = within(m, "cores", 0, 1 << 20, 0);
+        r.machine.memoryBytes = within(m, "memory_bytes", int64_t(0), int64_t(1) << 60, int64_t(0));
+        r.machine.gpuName = shortText(m, "gpu_name");
+        r.machine.gpuDriver = shortText(m, "gpu_driver");
+        r.machine.torch = shortText(m, "torch");
+        r.machine.cuda = shortText(m, "cuda");
+        r.machine.cudnn = shortText(m, "cudnn");
+        r.machine.onednn = shortText(m, "onednn");
+        r.preset = shortText(root, "preset");
+        const JsonObject md = section(root, "model");
+        r.model.vocabSize = within(md, "vocab_size", int64_t(1), int64_t(1) << 40);
+        r.model.embedDim = within(md, "embed_dim", 1, 1 << 20);
+        r.model.hidden = within(md, "hidden", 1, 1 << 20);
+        r.model.layers = within(md, "layers", 1, 1024);
+        r.model.attention = field<bool>(md, "attention", false);
+        r.model.maxSourceLength = within(md, "max_source_length", 1, 1 << 20, 22);
+        r.model.maxTargetLength = within(md, "max_target_length", 1, 1 << 20, 74);
+        const JsonObject corpus = section(root, "corpus");
+        r.corpus = shortText(corpus, "name");
+        r.corpusPairs = within(corpus, "pairs", int64_t(0), int64_t(1) << 50, int64_t(0));
+        const std::string fingerprint = shortText(corpus, "fingerprint");
         if (!fingerprint.empty()) {
             size_t used = 0;
             try {
@@ -189,49 +288,75 @@ BenchReport benchReportFromJson(const std::string& text, const std::string& file
                 used = 0;
             }
             if (used != fingerprint.size() || fingerprint.size() > 16)
-                throw Error(file, 0, "corpus.fingerprint is not a 64-bit hexadecimal number: " + fingerprint);
+                throw FieldError("corpus.fingerprint is not a 64-bit hexadecimal number: " + printable(fingerprint),
+                    "corpus.fingerprint");
         }
-        for (const auto& g : j.at("gemm"))
-            r.gemm.push_back({ g.at("device").get<std::string>(), precisionFrom(g, file), g.value("threads", 0),
-                g.at("n").get<int>(), g.at("gflops").get<double>() });
-        for (const auto& x : j.at("rows")) {
+        const auto& gemm = list(root, "gemm", kMaxListItems);
+        for (size_t i = 0; i < gemm.size(); ++i) {
+            const JsonObject g = item(gemm, i, root, "gemm");
+            r.gemm.push_back({ shortText(g, "device"), precisionFrom(g), within(g, "threads", 0, 1 << 20, 0),
+                within(g, "n", 1, 1 << 20), within(g, "gflops", 0.0, 1e12) });
+        }
+        const auto& rows = list(root, "rows", kMaxRows);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const JsonObject x = item(rows, i, root, "rows");
             BenchRow row;
-            row.device = x.at("device").get<std::string>();
-            row.precision = precisionFrom(x, file);
-            row.threads = x.at("threads").get<int>();
-            row.batch = x.at("batch").get<int>();
-            const std::string unit = x.at("unit").get<std::string>();
+            row.device = shortText(x, "device");
+            row.precision = precisionFrom(x);
+            row.threads = within(x, "threads", 0, 1 << 20);
+            row.batch = within(x, "batch", 1, 1 << 24);
+            const std::string unit = field<std::string>(x, "unit");
             const auto u = parseBenchUnit(unit);
             if (!u)
-                throw Error(file, 0, "unknown unit '" + unit + "' (" + joinNames(benchUnitNames()) + ")");
+                throw FieldError(
+                    "unknown unit '" + printable(unit) + "' (" + joinNames(benchUnitNames()) + ")", pathOf(x, "unit"));
             row.unit = *u;
-            row.time = timingFrom(x.at("time"));
-            row.tokensPerSecond = x.at("tokens_per_second").get<double>();
-            row.gflops = x.at("gflops").get<double>();
-            row.gemmFraction = x.at("gemm_fraction").get<double>();
-            row.peakMemoryBytes = x.at("peak_memory_bytes").get<int64_t>();
-            row.energyJoules = x.at("energy_joules").is_null() ? -1 : x.at("energy_joules").get<double>();
-            row.energySource = x.value("energy_source", "not available");
-            row.warmupRuns = x.value("warmup_runs", 0);
-            row.lstmDtype = x.value("lstm_dtype", "");
-            row.tf32 = x.value("tf32", row.precision == BenchPrecision::TF32);
+            row.time = timingFrom(section(x, "time"));
+            row.tokensPerSecond = within(x, "tokens_per_second", 0.0, 1e15);
+            row.gflops = within(x, "gflops", 0.0, 1e12);
+            row.gemmFraction = within(x, "gemm_fraction", 0.0, 1e6);
+            row.peakMemoryBytes = within(x, "peak_memory_bytes", int64_t(0), int64_t(1) << 60);
+            if (!x.json.contains("energy_joules"))
+                throw FieldError("'" + pathOf(x, "energy_joules") + "' is missing (null when not measured)", x.path);
+            row.energyJoules = x.json.at("energy_joules").is_null() ? -1 : within(x, "energy_joules", 0.0, 1e15);
+            row.energySource = shortText(x, "energy_source", "not available");
+            row.warmupRuns = within(x, "warmup_runs", 0, 1 << 30, 0);
+            row.lstmDtype = shortText(x, "lstm_dtype");
+            row.tf32 = field<bool>(x, "tf32", row.precision == BenchPrecision::TF32);
             r.rows.push_back(row);
         }
-        for (const auto& c : j.value("races", nlohmann::json::array())) {
+        const auto& races = list(root, "races", kMaxListItems, true);
+        for (size_t i = 0; i < races.size(); ++i) {
+            const JsonObject c = item(races, i, root, "races");
             RaceCurve curve;
-            curve.device = c.at("device").get<std::string>();
-            curve.precision = precisionFrom(c, file);
-            curve.threads = c.value("threads", 0);
-            for (const auto& p : c.at("points"))
-                curve.points.push_back({ p.at("seconds").get<double>(), p.at("loss").get<double>(),
-                    p.at("validation_loss").is_null() ? NAN : p.at("validation_loss").get<double>() });
+            curve.device = shortText(c, "device");
+            curve.precision = precisionFrom(c);
+            curve.threads = within(c, "threads", 0, 1 << 20, 0);
+            const auto& points = list(c, "points", kMaxSamples);
+            for (size_t k = 0; k < points.size(); ++k) {
+                const JsonObject p = item(points, k, c, "points");
+                // A loss is null where a run diverged (NaN is written so); the chart leaves it out.
+                auto loss = [&](const char* key) {
+                    if (!p.json.contains(key))
+                        throw FieldError("'" + pathOf(p, key) + "' is missing", p.path);
+                    return p.json.at(key).is_null() ? NAN : within(p, key, -1e30, 1e30);
+                };
+                curve.points.push_back({ within(p, "seconds", 0.0, 1e9), loss("loss"), loss("validation_loss") });
+            }
             r.races.push_back(curve);
         }
-        r.notes = j.value("notes", std::vector<std::string> {});
+        r.notes = texts(root, "notes");
+    } catch (const FieldError& e) {
+        throw fieldError(file, text, "bad benchmark report: ", e);
     } catch (const nlohmann::json::exception& e) {
         throw Error(file, 0, "bad benchmark report: " + jsonMessage(e));
     }
     return r;
+}
+
+BenchReport readBenchReport(const std::string& path)
+{
+    return benchReportFromJson(text::readFile(path, kMaxReportBytes), path);
 }
 
 } // namespace chatbench

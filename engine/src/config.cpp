@@ -195,7 +195,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         const JsonObject t = section(root, "tokenizer");
         const auto mode = parseTokenizerMode(field<std::string>(t, "mode"));
         if (!mode)
-            throw Error(file, 0, "tokenizer.mode must be " + joinNames(tokenizerModeNames()));
+            throw FieldError("'tokenizer.mode' must be " + joinNames(tokenizerModeNames()), "tokenizer.mode");
         c.tokenizer.mode = *mode;
         c.tokenizer.minFrequency = field<int>(t, "min_frequency");
         c.tokenizer.maxSize = field<int>(t, "max_vocab");
@@ -203,7 +203,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         const JsonObject tr = section(root, "train");
         const auto opt = parseOptimizer(field<std::string>(tr, "optimizer"));
         if (!opt)
-            throw Error(file, 0, "train.optimizer must be " + joinNames(optimizerNames()));
+            throw FieldError("'train.optimizer' must be " + joinNames(optimizerNames()), "train.optimizer");
         c.optimizer = *opt;
         c.learningRate = field<double>(tr, "learning_rate");
         c.clipNorm = field<double>(tr, "clip_norm");
@@ -221,7 +221,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
         c.device = field<std::string>(d, "device");
         const auto prec = parsePrecision(field<std::string>(d, "precision"));
         if (!prec)
-            throw Error(file, 0, "device.precision must be " + joinNames(precisionNames()));
+            throw FieldError("'device.precision' must be " + joinNames(precisionNames()), "device.precision");
         c.precision = *prec;
         c.tf32 = field<bool>(d, "tf32", false);
         c.threads = field<int>(d, "threads");
@@ -230,25 +230,33 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
             c.corpus = field<std::string>(cj, "path", std::string(""));
             const auto fmt = parseFormat(field<std::string>(cj, "format", std::string("auto")));
             if (!fmt)
-                throw Error(file, 0, "corpus.format must be " + joinNames(formatNames()));
+                throw FieldError("'corpus.format' must be " + joinNames(formatNames()), "corpus.format");
             c.corpusFormat = *fmt;
             c.latin1 = field<bool>(cj, "latin1", false);
             const auto pairing
                 = parsePairing(field<std::string>(cj, "pairing", std::string(pairingName(Pairing::Consecutive))));
             if (!pairing)
-                throw Error(file, 0, "corpus.pairing must be " + joinNames(pairingNames()));
+                throw FieldError("'corpus.pairing' must be " + joinNames(pairingNames()), "corpus.pairing");
             c.pairing = *pairing;
             c.strictCorpus = field<bool>(cj, "strict", false);
         }
     } catch (const FieldError& e) {
-        throw Error(file, 0, std::string("bad config: ") + e.what());
+        throw fieldError(file, text, "bad config: ", e);
     } catch (const nlohmann::json::exception& e) {
         throw Error(file, 0, "bad config: " + jsonMessage(e));
     }
     try {
         validate(c);
     } catch (const Error& e) {
-        throw Error(file, 0, e.message());
+        // validate's messages start with the setting's key ("hidden must be 1..8192"): its line.
+        const std::string msg = e.message(), prefix = "invalid configuration: ";
+        const std::string key
+            = msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size(), msg.find(' ', prefix.size()) - prefix.size()) : "";
+        size_t at = std::string::npos;
+        for (const char* section : { "model.", "train.", "tokenizer.", "device.", "corpus." })
+            if (at == std::string::npos && !key.empty())
+                at = offsetOfPath(text, section + key);
+        throw Error(file, at == std::string::npos ? 0 : text::lineOfOffset(text, at), msg);
     }
     return c;
 }

@@ -113,9 +113,140 @@ nlohmann::json parseDocument(
 
 namespace {
 
+// A cursor over well-formed JSON text, stepping over whole values without building them.
+struct JsonScan {
+    std::string_view t;
+    size_t i = 0;
+
+    bool at(char c) const { return i < t.size() && t[i] == c; }
+    void space()
+    {
+        while (i < t.size() && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r'))
+            ++i;
+    }
+    bool string()
+    {
+        if (!at('"'))
+            return false;
+        for (++i; i < t.size(); ++i) {
+            if (t[i] == '\\')
+                ++i;
+            else if (t[i] == '"')
+                return ++i, true;
+        }
+        return false;
+    }
+    bool value()
+    {
+        space();
+        if (at('"'))
+            return string();
+        if (at('{') || at('[')) {
+            int depth = 0;
+            while (i < t.size()) {
+                if (at('"')) {
+                    if (!string())
+                        return false;
+                    continue;
+                }
+                if (at('{') || at('['))
+                    ++depth;
+                else if ((at('}') || at(']')) && --depth == 0)
+                    return ++i, true;
+                ++i;
+            }
+            return false;
+        }
+        const size_t start = i;
+        while (i < t.size() && !at(',') && !at('}') && !at(']') && t[i] != ' ' && t[i] != '\t' && t[i] != '\n'
+            && t[i] != '\r')
+            ++i;
+        return i > start;
+    }
+    // Past the comma after a member or item, true; false at the end of the object or list.
+    bool next()
+    {
+        space();
+        return at(',') ? (++i, true) : false;
+    }
+};
+
+} // namespace
+
+size_t offsetOfPath(std::string_view text, std::string_view path)
+{
+    constexpr size_t none = std::string_view::npos;
+    JsonScan s { text };
+    size_t found = none;
+    size_t p = 0;
+    while (p < path.size()) {
+        s.space();
+        if (path[p] == '[') { // a list item
+            const size_t close = path.find(']', p);
+            if (close == none || !s.at('['))
+                return none;
+            size_t index = 0;
+            for (size_t k = p + 1; k < close; ++k) {
+                if (path[k] < '0' || path[k] > '9' || index > (size_t(1) << 40))
+                    return none;
+                index = index * 10 + static_cast<size_t>(path[k] - '0');
+            }
+            p = close + 1;
+            ++s.i;
+            for (size_t k = 0; k < index; ++k)
+                if (!s.value() || !s.next())
+                    return none;
+            s.space();
+            if (s.at(']') || s.i >= text.size())
+                return none;
+            found = s.i;
+        } else { // a member of an object
+            if (path[p] == '.')
+                ++p;
+            const size_t end = std::min(path.find_first_of(".[", p), path.size());
+            const std::string_view key = path.substr(p, end - p);
+            p = end;
+            if (!s.at('{'))
+                return none;
+            ++s.i;
+            for (;;) {
+                s.space();
+                const size_t keyAt = s.i;
+                if (!s.string())
+                    return none;
+                const std::string_view name = text.substr(keyAt + 1, s.i - keyAt - 2);
+                s.space();
+                if (!s.at(':'))
+                    return none;
+                ++s.i;
+                if (name == key) {
+                    found = keyAt;
+                    break;
+                }
+                if (!s.value() || !s.next())
+                    return none;
+            }
+        }
+    }
+    return found;
+}
+
+Error fieldError(const std::string& file, std::string_view text, const std::string& prefix, const FieldError& e)
+{
+    const size_t at = offsetOfPath(text, e.path);
+    return Error(file, at == std::string_view::npos ? 0 : text::lineOfOffset(text, at), prefix + e.what());
+}
+
+std::string pathOf(const JsonObject& obj, const std::string& key)
+{
+    return obj.path.empty() ? key : obj.path + "." + key;
+}
+
+namespace {
+
 std::string named(const JsonObject& obj, const std::string& key)
 {
-    return "'" + (obj.path.empty() ? key : obj.path + "." + key) + "'";
+    return "'" + pathOf(obj, key) + "'";
 }
 
 std::string shown(const nlohmann::json& v)
@@ -130,10 +261,11 @@ const nlohmann::json& member(const JsonObject& obj, const std::string& key)
 {
     if (!obj.json.is_object())
         throw FieldError((obj.path.empty() ? std::string("the document") : "'" + obj.path + "'")
-            + " must be an object, not " + shown(obj.json));
+                + " must be an object, not " + shown(obj.json),
+            obj.path);
     const auto it = obj.json.find(key);
     if (it == obj.json.end())
-        throw FieldError(named(obj, key) + " is missing");
+        throw FieldError(named(obj, key) + " is missing", obj.path);
     return *it;
 }
 
@@ -143,8 +275,8 @@ JsonObject section(const JsonObject& obj, const std::string& key)
 {
     const nlohmann::json& v = member(obj, key);
     if (!v.is_object())
-        throw FieldError(named(obj, key) + " must be an object, not " + shown(v));
-    return { v, obj.path.empty() ? key : obj.path + "." + key };
+        throw FieldError(named(obj, key) + " must be an object, not " + shown(v), pathOf(obj, key));
+    return { v, pathOf(obj, key) };
 }
 
 template <typename T> T field(const JsonObject& obj, const std::string& key)
@@ -153,18 +285,18 @@ template <typename T> T field(const JsonObject& obj, const std::string& key)
     if constexpr (std::is_same_v<T, bool>) {
         if (v.is_boolean())
             return v.get<bool>();
-        throw FieldError(named(obj, key) + " must be true or false, not " + shown(v));
+        throw FieldError(named(obj, key) + " must be true or false, not " + shown(v), pathOf(obj, key));
     } else if constexpr (std::is_same_v<T, std::string>) {
         // "\u0000" is valid JSON, but a name or path would end there for every C API it reaches.
         if (v.is_string() && v.get_ref<const std::string&>().find('\0') != std::string::npos)
-            throw FieldError(named(obj, key) + " holds a NUL character (\\u0000): " + shown(v));
+            throw FieldError(named(obj, key) + " holds a NUL character (\\u0000): " + shown(v), pathOf(obj, key));
         if (v.is_string())
             return v.get<std::string>();
-        throw FieldError(named(obj, key) + " must be a string, not " + shown(v));
+        throw FieldError(named(obj, key) + " must be a string, not " + shown(v), pathOf(obj, key));
     } else if constexpr (std::is_floating_point_v<T>) {
         if (v.is_number())
             return v.get<T>();
-        throw FieldError(named(obj, key) + " must be a number, not " + shown(v));
+        throw FieldError(named(obj, key) + " must be a number, not " + shown(v), pathOf(obj, key));
     } else {
         static_assert(std::is_integral_v<T>);
         bool fits = false;
@@ -176,7 +308,8 @@ template <typename T> T field(const JsonObject& obj, const std::string& key)
         if (fits)
             return v.get<T>();
         throw FieldError(named(obj, key) + " must be a whole number"
-            + (std::is_signed_v<T> ? std::string() : std::string(" of 0 or more")) + " that fits, not " + shown(v));
+                + (std::is_signed_v<T> ? std::string() : std::string(" of 0 or more")) + " that fits, not " + shown(v),
+            pathOf(obj, key));
     }
 }
 

@@ -1,12 +1,15 @@
 #pragma once
 // Reading the project's own JSON files (private): config.json, vocab.json, state.json, reports.
 
+#include "chatbench/error.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace chatbench {
 
@@ -41,10 +44,27 @@ struct JsonObject {
 };
 
 // A field of the wrong type, missing, or out of the type's range; the message names it
-// ("'model.hidden' must be a whole number, not \"128\"").
+// ("'model.hidden' must be a whole number, not \"128\"") and `path` says where it is, so that
+// the file's line can be found (fieldError).
 struct FieldError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit FieldError(const std::string& message, std::string path = {})
+        : std::runtime_error(message)
+        , path(std::move(path))
+    {
+    }
+    // The value's place, "model.hidden" or "rows[3].time.median_s"; for a missing key, the object
+    // that lacks it ("" for the document itself).
+    std::string path;
 };
+
+// Where the value at `path` (as FieldError::path) is in well-formed JSON `text`: the offset of
+// its key, or of the list item; npos when the path is not there (or "" for the document).
+size_t offsetOfPath(std::string_view text, std::string_view path);
+// The Error for a FieldError in `text` read from `file`: prefix + message, at the field's line
+// (0, the file as a whole, where it cannot be found).
+Error fieldError(const std::string& file, std::string_view text, const std::string& prefix, const FieldError& e);
+// `obj.path` + key, as FieldError::path has it.
+std::string pathOf(const JsonObject& obj, const std::string& key);
 
 // obj[key] as an object (FieldError when it is missing or not one).
 JsonObject section(const JsonObject& obj, const std::string& key);

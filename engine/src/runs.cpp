@@ -286,12 +286,13 @@ RunState loadStateFile(const std::string& path)
                         || (it->is_string() && it->get_ref<const std::string&>().size() <= 256));
             if (!ok)
                 throw FieldError("'recipe' must be an object of at most 256 settings, each a number, true or false, "
-                                 "or a short name");
+                                 "or a short name",
+                    "recipe");
             s.recipe = r.dump();
         }
         const auto& history = j.contains("history") ? j["history"] : nlohmann::json();
         if (!history.is_array())
-            throw FieldError("'history' must be a list");
+            throw FieldError("'history' must be a list", "history");
         for (size_t i = 0; i < history.size(); ++i) {
             const JsonObject h { history[i], "history[" + std::to_string(i) + "]" };
             EpochMetrics m;
@@ -307,7 +308,7 @@ RunState loadStateFile(const std::string& path)
             s.history.push_back(m);
         }
     } catch (const FieldError& e) {
-        throw Error(path, 0, std::string("bad state: ") + e.what());
+        throw fieldError(path, bytes, "bad state: ", e);
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, "bad state: " + jsonMessage(e));
     }
@@ -316,7 +317,8 @@ RunState loadStateFile(const std::string& path)
     // Every number is used as a count, an index or a scale: out of range is a corrupt file.
     auto need = [&](bool ok, const char* field) {
         if (!ok)
-            throw Error(path, 0, std::string("bad state: '") + field + "' is out of range");
+            throw fieldError(
+                path, bytes, "bad state: ", FieldError(std::string("'") + field + "' is out of range", field));
     };
     // Seconds are added to and converted to clock durations: a billion (31 years) is the most.
     auto seconds = [](double v) { return v >= 0 && v <= 1e9; };

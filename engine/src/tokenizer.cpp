@@ -275,7 +275,8 @@ Tokenizer Tokenizer::load(const std::string& path)
         const std::string name = field<std::string>(root, "mode");
         const auto mode = parseTokenizerMode(name);
         if (!mode)
-            throw Error(path, 0, "unknown tokenizer mode '" + name + "' (" + joinNames(tokenizerModeNames()) + ")");
+            throw FieldError(
+                "unknown tokenizer mode '" + printable(name) + "' (" + joinNames(tokenizerModeNames()) + ")", "mode");
         tok.m_options.mode = *mode;
         tok.m_options.minFrequency = field<int>(root, "min_frequency");
         tok.m_options.maxSize = field<int>(root, "max_size");
@@ -283,24 +284,27 @@ Tokenizer Tokenizer::load(const std::string& path)
         // absent: saved before Unicode lowercasing
         const std::string lowercase = field<std::string>(root, "lowercase", std::string("ascii"));
         if (lowercase != "ascii" && lowercase != "unicode")
-            throw Error(path, 0, "lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'");
+            throw FieldError("lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'", "lowercase");
         tok.m_options.unicodeLowercase = lowercase == "unicode";
         if (!j.contains("tokens") || !j["tokens"].is_array())
-            throw FieldError("'tokens' must be a list of words");
+            throw FieldError("'tokens' must be a list of words", j.contains("tokens") ? "tokens" : "");
         for (size_t i = 0; i < j["tokens"].size(); ++i) {
             const auto& w = j["tokens"][i];
             if (!w.is_string())
-                throw FieldError("'tokens[" + std::to_string(i) + "]' must be a string");
+                throw FieldError(
+                    "'tokens[" + std::to_string(i) + "]' must be a string", "tokens[" + std::to_string(i) + "]");
             tok.m_words.push_back(w.get<std::string>());
             const std::string& word = tok.m_words.back();
             // A word the tokenizer can never produce would be a silent hole in the vocabulary.
             if (word.empty() || word.find_first_of(" \t\n\r\f\v") != std::string::npos
                 || word.find('\0') != std::string::npos)
-                throw Error(path, 0,
-                    "word " + std::to_string(i) + " ('" + printable(word) + "') is empty or holds white space or NUL");
+                throw fieldError(path, bytes, "",
+                    FieldError("word " + std::to_string(i) + " ('" + printable(word)
+                            + "') is empty or holds white space or NUL",
+                        "tokens[" + std::to_string(i) + "]"));
         }
     } catch (const FieldError& e) {
-        throw Error(path, 0, std::string("bad vocabulary: ") + e.what());
+        throw fieldError(path, bytes, "bad vocabulary: ", e);
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, "bad vocabulary: " + jsonMessage(e));
     }

@@ -177,7 +177,12 @@ bool sameWorkload(const BenchReport& a, int batchA, const BenchReport& b, int ba
 std::string describeWorkload(const BenchReport& report, int batch);
 
 std::string toJson(const BenchReport& report);
-// Throws Error(file, line) for malformed JSON, another schema or a newer version.
+// Throws Error(file, line) for malformed JSON, another schema or a newer version, and for a
+// field out of its range (a negative or zero time, times out of order, a batch of 0, more rows
+// than any sweep makes), naming the field and its line.
 BenchReport benchReportFromJson(const std::string& json, const std::string& file);
+// The report in the file at `path` (a regular file of at most 64 MiB: a pipe or a huge file is
+// refused unread). Throws Error as benchReportFromJson does.
+BenchReport readBenchReport(const std::string& path);
 
 } // namespace chatbench
