@@ -226,6 +226,26 @@ namespace {
 // written, so only explicit partials vectorise).
 constexpr int64_t kLanes = 16;
 
+// rowMax after z += bias, in the same pass (the bias' copy into the logits was a pass of its own).
+CHATBENCH_INLINE float rowAddMax(float* zr, const float* bias, int64_t V)
+{
+    F16 part = F16 {} + (zr[0] + bias[0]);
+    int64_t v = 0;
+    for (; v + kLanes <= V; v += kLanes) {
+        const F16 a = load<F16>(zr + v) + load<F16>(bias + v);
+        store<F16>(zr + v, a);
+        part = a > part ? a : part;
+    }
+    float m = zr[0] + bias[0];
+    for (; v < V; ++v) {
+        zr[v] += bias[v];
+        m = zr[v] > m ? zr[v] : m;
+    }
+    for (int64_t j = 0; j < kLanes; ++j)
+        m = part[j] > m ? part[j] : m;
+    return m;
+}
+
 CHATBENCH_INLINE float rowMax(const float* zr, int64_t V)
 {
     F16 part = F16 {} + zr[0];
@@ -275,12 +295,13 @@ CHATBENCH_CLONES double logSumExp(const float* z, int64_t V)
     return static_cast<double>(m) + std::log(static_cast<double>(sum));
 }
 
-CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const int64_t* target, float* colSum)
+CHATBENCH_CLONES double softmaxCrossEntropyRows(
+    int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum)
 {
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {
         float* zr = z + row * V;
-        const float m = rowMax(zr, V);
+        const float m = bias ? rowAddMax(zr, bias, V) : rowMax(zr, V);
         const float zt = zr[target[row]];
         const float sum = sumExp<true>(zr, V, m);
         loss += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(zt);

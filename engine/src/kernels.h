@@ -35,10 +35,10 @@ void addInto(float* dst, const float* src, int64_t n);
 // normaliser, log p(v) = z[v] − logSumExp(z, V).
 double logSumExp(const float* z, int64_t V);
 
-// Softmax cross-entropy of n rows of V logits z (row-major), in place: each row becomes
-// softmax(z) − onehot(target), and is added to colSum (V); returns Σ −log softmax(z)[target],
-// in double. Three passes per row (max; exp and its sum; scale and column sum), each over one row
-// in L1.
-double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const int64_t* target, float* colSum);
+// Softmax cross-entropy of n rows of V logits z + bias (row-major; bias (V) is added to each row
+// first, or nothing when null), in place: each row becomes softmax(z + bias) − onehot(target),
+// and is added to colSum (V); returns Σ −log softmax(z + bias)[target], in double. Three passes
+// per row (bias and max; exp and its sum; scale and column sum), each over one row in L1.
+double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum);
 
 } // namespace chatbench::kernels

@@ -23,8 +23,10 @@ public:
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const int64_t N = hidden.size(0), H = hidden.size(1), V = weight.size(0);
         auto dHidden = torch::empty({ N, H }, hidden.options());
-        auto dWeight = torch::zeros({ V, H }, weight.options());
+        // Written by the first chunk's product, added to by the others (zeros only when N = 0).
+        auto dWeight = N > 0 ? torch::empty({ V, H }, weight.options()) : torch::zeros({ V, H }, weight.options());
         auto dBias = torch::zeros({ V }, bias.options());
+        const auto b = bias.contiguous();
         const int64_t rows = std::min(N, kChunkRows);
         auto logits = torch::empty({ rows, V }, hidden.options());
         const auto targets = target.to(torch::kInt64).contiguous();
@@ -40,25 +42,29 @@ public:
             const int64_t n = std::min(kChunkRows, N - r0);
             auto h = hidden.narrow(0, r0, n); // (n, H)
             auto z = logits.narrow(0, 0, n); // (n, V): logits, then p − onehot
-            if (bf16) {
-                z.copy_(bias.expand({ n, V }));
-                gemmBf16(hb.narrow(0, r0, n), false, wb, true, 1.0f, z);
-            } else {
-                at::addmm_out(z, bias, h, weight.t());
-            }
+            // h · Wᵀ; the bias is added by the row kernel, in its first pass.
+            if (bf16)
+                gemmBf16(hb.narrow(0, r0, n), false, wb, true, 0.0f, z);
+            else
+                at::mm_out(z, h, weight.t());
             // In place, row by row: p − onehot, the loss and the bias gradient (three passes over each
             // row while it is in L1, where log-softmax, gather, exp, scatter and a column sum took
             // five over the chunk).
-            loss += kernels::softmaxCrossEntropyRows(n, V, z.data_ptr<float>(), tgt + r0, dBias.data_ptr<float>());
+            loss += kernels::softmaxCrossEntropyRows(
+                n, V, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0, dBias.data_ptr<float>());
             auto dh = dHidden.narrow(0, r0, n);
+            const bool first = r0 == 0;
             if (bf16) {
                 auto zbChunk = zb.narrow(0, 0, n);
                 zbChunk.copy_(z);
                 gemmBf16(zbChunk, false, wb, false, 0.0f, dh); // (n, H)
-                gemmBf16(zbChunk, true, hb.narrow(0, r0, n), false, 1.0f, dWeight); // (V, H)
+                gemmBf16(zbChunk, true, hb.narrow(0, r0, n), false, first ? 0.0f : 1.0f, dWeight); // (V, H)
             } else {
                 at::mm_out(dh, z, weight); // (n, H)
-                dWeight.addmm_(z.t(), h); // (V, H)
+                if (first)
+                    at::mm_out(dWeight, z.t(), h); // (V, H)
+                else
+                    dWeight.addmm_(z.t(), h);
             }
         }
         ctx->save_for_backward({ dHidden, dWeight, dBias });
@@ -67,9 +73,13 @@ public:
 
     static tensor_list backward(AutogradContext* ctx, tensor_list grads)
     {
-        const auto saved = ctx->get_saved_variables();
+        auto saved = ctx->get_saved_variables();
         const auto& g = grads[0]; // scalar
-        return { saved[0] * g, saved[1] * g, saved[2] * g, torch::Tensor(), torch::Tensor() };
+        // Scaled in place: the gradients were made for this call alone, and no new (V, H) tensor is
+        // allocated and filled each step.
+        for (auto& t : saved)
+            t.mul_(g);
+        return { saved[0], saved[1], saved[2], torch::Tensor(), torch::Tensor() };
     }
 };
 
