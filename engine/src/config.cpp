@@ -158,7 +158,7 @@ std::vector<std::string> recipeChanges(const std::string& recorded, const TrainC
         const auto it = now.find(key);
         if (it == now.end()) // not recorded any more, or one a resume may change
             continue;
-        if (*it != was)
+        if (nlohmann::json(*it) != was) // one JSON type on both sides (clang finds != ambiguous otherwise)
             out.push_back(
                 key + " was " + printable(was.dump().substr(0, 80)) + ", now " + printable(it->dump().substr(0, 80)));
     }

@@ -4,6 +4,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -21,6 +22,7 @@ using torch::autograd::tensor_list;
 // row that has ended, so padding costs no products and no element passes.
 struct Packing {
     int64_t B = 0, T = 0, N = 0; // rows, padded steps, real (row, step) pairs
+    std::vector<int64_t> len; // each row's real steps (clamped to [0, T])
     std::vector<int64_t> order; // sorted position → row
     std::vector<int64_t> n, off; // per step that runs: rows, and the first packed row (off has one more)
     torch::Tensor orderT; // (B) order as a tensor
@@ -35,7 +37,8 @@ struct Packing {
         Packing p;
         p.B = B;
         p.T = T;
-        std::vector<int64_t> len(static_cast<size_t>(B), T);
+        std::vector<int64_t>& len = p.len;
+        len.assign(static_cast<size_t>(B), T);
         if (lengths.numel() > 0) { // empty: every row fills all T steps
             const auto l = lengths.to(torch::kInt64).contiguous();
             for (int64_t b = 0; b < B; ++b)
@@ -80,6 +83,38 @@ struct Packing {
     int64_t prevRow(size_t t) const { return t == 0 ? 0 : B + off[t - 1]; }
 };
 
+// A (B·T, width) batch-first tensor holding the N packed rows (width floats each) at their real
+// steps (flat: each packed row's place) and zeros at the padding (row b's steps len[b]..T): each
+// row written once, where a zero fill and an index copy wrote the real ones twice.
+torch::Tensor unpackRows(const float* packed, int64_t width, int64_t B, int64_t T, const std::vector<int64_t>& len,
+    const torch::Tensor& flat, const torch::TensorOptions& options)
+{
+    auto out = torch::empty({ B * T, width }, options);
+    float* o = out.data_ptr<float>();
+    const size_t rowBytes = static_cast<size_t>(width) * sizeof(float);
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t l = len[static_cast<size_t>(b)];
+        if (l < T)
+            std::memset(o + (b * T + l) * width, 0, static_cast<size_t>(T - l) * rowBytes);
+    }
+    const int64_t* f = flat.data_ptr<int64_t>();
+    for (int64_t r = 0, N = flat.numel(); r < N; ++r)
+        std::memcpy(o + f[r] * width, packed + r * width, rowBytes);
+    return out;
+}
+
+// A (rows, width) tensor whose every row is `row` (width floats): the bias a product then adds to.
+torch::Tensor repeatedRow(const torch::Tensor& row, int64_t rows, int64_t width)
+{
+    auto out = torch::empty({ rows, width }, row.options());
+    const auto r = row.contiguous();
+    const float* src = r.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(o + i * width, src, static_cast<size_t>(width) * sizeof(float));
+    return out;
+}
+
 // Inputs: x, h0, c0, wIh, wHh, bIh, bHh, lengths ((B) int64 on the CPU, or empty = every row
 // fills all T steps), bf16 (every product on bf16 operands, fp32 sums). CPU, fp32, contiguous:
 // the element loops are kernels.cpp's.
@@ -104,16 +139,16 @@ public:
         auto cstates = torch::empty({ B + N, H }, x.options()); // the same for c
         states.narrow(0, 0, B).copy_(h0.index_select(0, p.orderT));
         cstates.narrow(0, 0, B).copy_(c0.index_select(0, p.orderT));
+        gates = repeatedRow(bias, N, 4 * H);
         if (bf16) {
             xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
-            gates = bias.expand({ N, 4 * H }).contiguous();
             if (N > 0)
                 gemmBf16(xp, false, wIh.to(torch::kBFloat16), true, 1.0f, gates);
             wHhB = wHh.to(torch::kBFloat16);
             statesB = torch::empty({ B + N, H }, xp.options());
             statesB.narrow(0, 0, B).copy_(states.narrow(0, 0, B));
         } else {
-            gates = at::addmm(bias, xp, wIh.t());
+            gates.addmm_(xp, wIh.t()); // as at::addmm(bias, …): the bias, then the product added
             recurrent.emplace(wHh, /*transposed=*/true, B);
         }
         auto tanhC = torch::empty({ N, H }, x.options()); // tanh of each step's new c
@@ -134,8 +169,7 @@ public:
             if (bf16)
                 statesB.narrow(0, B + at, n).copy_(states.narrow(0, B + at, n));
         }
-        auto outputs = torch::zeros({ B * T, H }, x.options());
-        outputs.index_copy_(0, p.flat, states.narrow(0, B, N));
+        auto outputs = unpackRows(hb + B * H, H, B, T, p.len, p.flat, x.options());
         // The backward pass reads the states only as operands of dWhh: bf16 keeps those.
         ctx->save_for_backward({ xp, wIh, wHh, bf16 ? statesB : states, cstates, gates, tanhC, p.flat, p.prev, p.orderT,
             torch::tensor(p.n, torch::TensorOptions().dtype(torch::kInt64)) });
@@ -219,7 +253,13 @@ public:
             dWhh = at::mm(dgates.t(), prevStates); // (4H, H)
             dxp = at::mm(dgates, wIh); // (N, I)
         }
-        auto dx = torch::zeros({ B * T, I }, f32).index_copy_(0, flat, dxp).view({ B, T, I });
+        // Each row's real steps: sorted position j runs the steps whose n[t] exceeds j.
+        std::vector<int64_t> len(static_cast<size_t>(B), 0);
+        const int64_t* order = orderT.data_ptr<int64_t>();
+        for (int64_t t = 0; t < steps; ++t)
+            for (int64_t j = 0; j < n[static_cast<size_t>(t)]; ++j)
+                ++len[static_cast<size_t>(order[j])];
+        auto dx = unpackRows(dxp.contiguous().data_ptr<float>(), I, B, T, len, flat, f32).view({ B, T, I });
         return { dx, dh0, dc0, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor() };
     }
 };
