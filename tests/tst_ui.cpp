@@ -735,6 +735,11 @@ void TestUi::compareRunsBenchmarkHere()
         }
         return readBenchReport(out.toStdString());
     };
+    // A place it cannot be written is refused with the reason, and nothing is left there.
+    QString why;
+    QVERIFY(!compare->exportReport(m_dir.filePath("no-such-folder/r.json"), &why));
+    QVERIFY2(why.contains("no-such-folder"), qPrintable(why));
+    QVERIFY(!QFileInfo::exists(m_dir.filePath("no-such-folder")));
     const BenchReport mine = exported(compare->sources().size() - 1);
     QCOMPARE(mine.rows.size(), local.report.rows.size());
     QCOMPARE(mine.created, local.report.created);
