@@ -42,6 +42,7 @@ private Q_SLOTS:
     void summaryStatistics();
     void harnessSynchronisesAndSkipsWarmup();
     void warmUpRunsUntilTimingsSettle();
+    void energyIsReadBetweenCounterUpdates();
     void precisionLabelSaysWhatRan();
     void reportRoundTrip();
     void workloadsGroupLikeWithLike();
@@ -123,6 +124,37 @@ void TestBenchReport::warmUpRunsUntilTimingsSettle()
     QCOMPARE(calls, size_t(0));
     calls = 8;
     QCOMPARE(warmUp(work, 1, 10, 0.05, device), 2); // already settled: the minimum plus one to compare
+}
+
+void TestBenchReport::energyIsReadBetweenCounterUpdates()
+{
+    // A GPU drawing 100 W whose energy counter moves every 0.1 s, as NVML's did on an H200; a run
+    // takes 0.03 s, so it costs 3 J. Reading the counter around five runs (0.15 s) gave 0 or 10 J.
+    FakeDevice fake;
+    const BenchClock device = fake.synced();
+    auto work = [&] { fake.queued += 0.03; };
+    auto coarse = [&] { return 10.0 * std::floor(fake.clock / 0.1 + 1e-9); };
+    const double perRun = energyPerRun(work, coarse, 1.0, 5.0, device);
+    QVERIFY2(std::abs(perRun - 3.0) <= 0.3, qPrintable(QString::number(perRun)));
+    QVERIFY(fake.clock >= 1.0 && fake.clock < 1.5); // at least the window, not much more
+
+    // A fine counter gives the exact figure.
+    auto fine = [&] { return 100.0 * fake.clock; };
+    QCOMPARE(qRound(energyPerRun(work, fine, 0.5, 5.0, device) * 1000), 3000);
+
+    // No counter, or one that never moves: not available (-1), and it gives up within maxSeconds.
+    QCOMPARE(energyPerRun(
+                 work, [] { return -1.0; }, 1.0, 5.0, device),
+        -1.0);
+    const double before = fake.clock;
+    QCOMPARE(energyPerRun(
+                 work, [] { return 42.0; }, 1.0, 2.0, device),
+        -1.0);
+    QVERIFY(fake.clock - before <= 2.1);
+    // A counter that stops answering half-way: not a figure from half a window.
+    int reads = 0;
+    auto failing = [&] { return ++reads < 20 ? coarse() : -1.0; };
+    QCOMPARE(energyPerRun(work, failing, 1.0, 5.0, device), -1.0);
 }
 
 void TestBenchReport::precisionLabelSaysWhatRan()

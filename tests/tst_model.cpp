@@ -168,6 +168,7 @@ private Q_SLOTS:
     void lstmStepMatchesHandComputedReference();
     void fastDecoderMatchesTheModules_data();
     void fastDecoderMatchesTheModules();
+    void repliesCapTheirThreads();
     void logSumExpMatchesDouble();
     void handoffIsAtTrueLastToken();
     void attentionIgnoresPadding();
@@ -321,6 +322,28 @@ void TestModel::fastDecoderMatchesTheModules()
         expected += logp[static_cast<int64_t>(t)][ids[t]].item<double>();
     }
     QVERIFY(std::abs(score - expected / static_cast<double>(ids.size())) < 1e-5);
+}
+
+void TestModel::repliesCapTheirThreads()
+{
+    // A batch-1 reply runs on at most kMaxThreads threads, gives the same tokens as on one, and
+    // leaves the caller's setting as it was (training after a chat keeps every thread).
+    torch::manual_seed(5);
+    ModelConfig cfg = tinyConfig();
+    cfg.vocabSize = 40;
+    Seq2Seq model(cfg);
+    model->eval();
+    const FastDecoder fast(*model);
+    const std::vector<int64_t> source = { 5, 9, 4 };
+    const int before = at::get_num_threads();
+    torch::set_num_threads(1);
+    QCOMPARE(FastDecoder::replyThreads(), 1);
+    const auto one = fast.reply(source, 10, /*stopAtEnd=*/false);
+    torch::set_num_threads(FastDecoder::kMaxThreads + 4);
+    QCOMPARE(FastDecoder::replyThreads(), FastDecoder::kMaxThreads);
+    QCOMPARE(fast.reply(source, 10, /*stopAtEnd=*/false), one);
+    QCOMPARE(at::get_num_threads(), FastDecoder::kMaxThreads + 4);
+    torch::set_num_threads(before);
 }
 
 void TestModel::logSumExpMatchesDouble()

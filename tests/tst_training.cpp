@@ -159,6 +159,8 @@ void TestTraining::handoffChecksPassWhenTrained()
         QCOMPARE(c.handoffMaxDiff, 0.0);
         QVERIFY(c.stateCarried);
         QVERIFY2(c.teacherForcedEqual, qPrintable(QString::number(c.teacherForcedMaxDiff)));
+        // The tolerance scales with the logits (fp32 rounding does), from 1e-4 at |logit| ≤ 1.
+        QVERIFY(c.teacherForcedTolerance >= TraceChecks::kLogitTolerance && c.teacherForcedTolerance < 1e-2);
         QVERIFY(c.gateReplayMaxDiff < 1e-5);
         // The trace has what the handoff view draws.
         const StateTrace& t = rep.trace;
@@ -187,6 +189,11 @@ void TestTraining::brokenHandoffIsCaught()
     QVERIFY(!r.trace.checks.handoffEqual);
     QVERIFY(r.trace.checks.handoffMaxDiff > 0.01);
     QVERIFY(!r.trace.checks.teacherForcedEqual);
+    // Caught by a wide margin: the bug moves logits by orders of magnitude more than the tolerance.
+    QVERIFY(r.trace.checks.teacherForcedMaxDiff > 100 * r.trace.checks.teacherForcedTolerance);
+    QCOMPARE(TraceChecks::logitTolerance(0.5), 1e-4);
+    QCOMPARE(TraceChecks::logitTolerance(20.0), 2e-3);
+    QCOMPARE(TraceChecks::logitTolerance(20.0, /*tf32=*/true), 0.2); // a GPU run trained with TF32
     for (float v : r.trace.decoderInitial[0].h)
         QCOMPARE(v, 0.0f);
     // The seed's symptom: without the encoder state every question gets the same reply.
@@ -199,6 +206,7 @@ void TestTraining::brokenHandoffIsCaught()
     QVERIFY(!rr.trace.checks.stateCarried);
     QVERIFY(rr.trace.checks.carriedMaxDiff > 0.01);
     QVERIFY(!rr.trace.checks.teacherForcedEqual);
+    QVERIFY(rr.trace.checks.teacherForcedMaxDiff > 100 * rr.trace.checks.teacherForcedTolerance);
 }
 
 void TestTraining::batchedRepliesIgnorePadding()

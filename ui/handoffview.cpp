@@ -440,8 +440,9 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
            "max |in(t) − out(t−1)| = %1")
             .arg(c.carriedMaxDiff, 0, 'g', 3),
         tr("Teacher-forced check: the logits of the step-by-step loop equal those of one teacher-forced pass over "
-           "the reply, as in training.\nmax |Δlogit| = %1")
-            .arg(c.teacherForcedMaxDiff, 0, 'g', 3),
+           "the reply, as in training.\nmax |Δlogit| = %1 (tolerance %2: 1e-4 × the largest |logit|, at least 1e-4)")
+            .arg(c.teacherForcedMaxDiff, 0, 'g', 3)
+            .arg(c.teacherForcedTolerance, 0, 'g', 3),
     };
     for (int i = 0; i < 3; ++i) {
         m_pass[i] = pass[i];

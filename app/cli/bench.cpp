@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 namespace cli {
 
@@ -72,9 +74,17 @@ void printTable(const BenchReport& r, const BenchConfig& cfg)
                       << fixed(c.points.back().loss, 4) << "\n";
     for (const auto& n : r.notes)
         std::cout << "note: " << n << "\n";
-    std::cout << "energy: " << (r.rows.empty() ? "n/a" : r.rows.front().energySource)
-              << " (timed runs only); times are medians of " << cfg.repeats
-              << " runs after warm-up until two runs agree "
+    std::string sources; // each device's energy counter, in the rows' order
+    std::vector<std::string> seen;
+    for (const auto& x : r.rows)
+        if (std::find(seen.begin(), seen.end(), x.device) == seen.end()) {
+            seen.push_back(x.device);
+            sources += (sources.empty() ? "" : ", ") + x.device + " " + x.energySource;
+        }
+    std::cout << "energy: " << (sources.empty() ? "n/a" : sources)
+              << " (joules per run, between two updates of the counter over at least 1 s of back-to-back runs after "
+                 "the timed ones);\ntimes are medians of "
+              << cfg.repeats << " runs after warm-up until two runs agree "
               << "within 5% (at least " << cfg.warmup << " run(s))\n"
               << "LSTM ran: the dtype the LSTMs produced (probed; encoder/decoder when they differ); tf32 = fp32 with "
                  "TF32 tensor-core maths allowed\n";

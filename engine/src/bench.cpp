@@ -139,6 +139,7 @@ struct Bench {
     int done = 0;
     int total = 0;
     static constexpr double kSettle = 0.05; // warm-up ends when two runs agree within 5%
+    static constexpr double kEnergySeconds = 1.0; // energy over at least this much back-to-back work
     int maxWarmup() const { return cfg.warmup > 0 ? cfg.warmup + 10 : 0; }
 
     // The chat pane's traced reply is timed where chat runs it on the fast path.
@@ -221,8 +222,9 @@ struct Bench {
         ++done;
     }
 
-    // Warms `work` up until its timings settle, then measures it with memory and energy around
-    // the timed repetitions only.
+    // Warms `work` up until its timings settle, then measures it with memory around the timed
+    // repetitions only; then, where there is an energy counter, its energy per run over at least
+    // kEnergySeconds of back-to-back runs (energyPerRun: the counter can move in coarse steps).
     template <typename Work>
     Timing measure(const torch::Device& dev, Work&& work, int warmup, int maxWarmup, int repeats, BenchRow& r)
     {
@@ -231,13 +233,25 @@ struct Bench {
         const BenchClock clock = clockFor(dev);
         r.warmupRuns = warmUp(work, warmup, maxWarmup, kSettle, clock);
         mem.reset();
-        const double e0 = energy.joules();
         Timing t = timeRepeated(work, 0, repeats, clock);
-        const double e1 = energy.joules();
         r.peakMemoryBytes = mem.peak();
         r.energySource = energy.source();
-        const double joules = energy.between(e0, e1);
-        r.energyJoules = joules >= 0 ? joules / std::max(1, repeats) : -1; // per repetition
+        r.energyJoules = -1;
+        if (energy.source() != "not available" && !cancelled()) {
+            double total = 0, last = -1; // the counter's readings summed across a RAPL wrap-around
+            auto joules = [&] {
+                const double x = energy.joules();
+                if (x < 0)
+                    return -1.0;
+                if (last >= 0)
+                    total += energy.between(last, x);
+                last = x;
+                return total;
+            };
+            // Long runs (an epoch) get at least three of them.
+            const double window = std::max(kEnergySeconds, 3 * t.median);
+            r.energyJoules = energyPerRun(work, joules, window, window + 2.0 + 4 * t.median, clock);
+        }
         return t;
     }
 

@@ -63,4 +63,43 @@ int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double s
     return runs;
 }
 
+double energyPerRun(const std::function<void()>& work, const std::function<double()>& joules, double minSeconds,
+    double maxSeconds, const BenchClock& clock)
+{
+    clock.sync();
+    const double t0 = clock.now();
+    auto run = [&] {
+        work();
+        clock.sync();
+        return joules();
+    };
+    // The first update: energy is counted from it.
+    const double idle = joules();
+    if (idle < 0)
+        return -1;
+    double e0 = idle;
+    while (e0 == idle) {
+        if (clock.now() - t0 > maxSeconds)
+            return -1;
+        if ((e0 = run()) < 0)
+            return -1;
+    }
+    // Runs for at least minSeconds, then until the next update; every run in between is counted.
+    const double t1 = clock.now();
+    long runs = 0;
+    double mark = -1;
+    for (;;) {
+        const double e = run();
+        ++runs;
+        if (e < 0 || clock.now() - t0 > maxSeconds)
+            return -1;
+        if (mark < 0) {
+            if (clock.now() - t1 >= minSeconds)
+                mark = e;
+        } else if (e != mark) {
+            return (e - e0) / static_cast<double>(runs);
+        }
+    }
+}
+
 } // namespace chatbench

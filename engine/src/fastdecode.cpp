@@ -141,9 +141,15 @@ int64_t greedyToken(const float* l, int64_t V)
     return best;
 }
 
+int FastDecoder::replyThreads()
+{
+    return std::min(at::get_num_threads(), kMaxThreads);
+}
+
 std::vector<int64_t> FastDecoder::reply(
     const std::vector<int64_t>& source, int maxSteps, bool stopAtEnd, double* score) const
 {
+    const ReplyThreads threads; // at most kMaxThreads while the reply runs
     Workspace ws = workspace();
     // Encoder: from zeros over the real tokens only; its final (h, c) is the handoff.
     encode(source, ws);

@@ -18,10 +18,12 @@
 //   fast.decodeStep(Tokenizer::kStart, ws);     // ws.h, ws.c carried; ws.logits: V logits
 
 #include "model.h"
+#include "scopedthreads.h"
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace chatbench {
@@ -30,6 +32,14 @@ class FastDecoder {
 public:
     // The most one input table may take; larger vocabularies and widths read W_ih every step.
     static constexpr int64_t kMaxTableBytes = int64_t { 64 } << 20;
+    // The most threads a reply's products and gate loops run on (reply() and the traced reply
+    // cap theirs while they run; the caller's setting is put back). A batch-1 step's products are
+    // a few hundred thousand multiply-adds, too little to share among many threads: on a 16-core
+    // Xeon host, 20-token replies took 2.39 / 0.89 / 0.65 / 0.52 ms on 1 / 2 / 4 / 8 threads and
+    // 2.09 ms on 16 (seed preset, V = 2287; the traced reply 4.19 / 2.27 / 1.70 / 1.53 / 4.56 ms).
+    static constexpr int kMaxThreads = 8;
+    // The threads a reply started now runs on: the caller's, at most kMaxThreads.
+    static int replyThreads();
 
     // Copies the weights it needs from `model` (CPU, fp32), tabling layer 0's input product
     // where a table takes at most `maxTableBytes`. Throws Error for attention models.
@@ -93,5 +103,19 @@ private:
 
 // Greedy choice over `V` logits that never picks <pad> or <start>.
 int64_t greedyToken(const float* logits, int64_t V);
+
+// While it lives, the calling thread's work runs on FastDecoder::replyThreads() threads (a reply's
+// scope: FastDecoder::reply and the traced reply).
+class ReplyThreads {
+public:
+    ReplyThreads()
+    {
+        if (FastDecoder::replyThreads() < at::get_num_threads())
+            m_cap.emplace(FastDecoder::replyThreads());
+    }
+
+private:
+    std::optional<ScopedThreads> m_cap;
+};
 
 } // namespace chatbench

@@ -4,12 +4,11 @@
 #include "chatbench/tokenizer.h"
 #include "kernels.h"
 #include "projectedloss.h"
+#include "scopedthreads.h"
 #include "sparselookup.h"
 #include "torchutil.h"
 
 #include <ATen/Parallel.h>
-
-#include <dlfcn.h>
 
 #include <fstream>
 #include <sstream>
@@ -358,50 +357,6 @@ bool fusedClipRmsprop(Stepper& s)
     return true;
 }
 
-// Gives the calling thread's ATen and MKL work `threads` threads while it lives, then puts back
-// what the thread had: OpenMP's and MKL's thread-local settings, looked up at run time (a
-// LibTorch without MKL has only OpenMP's).
-class LaneThreads {
-public:
-    explicit LaneThreads(int threads)
-    {
-        // ATen sets a thread's OpenMP and MKL counts on its first parallel call there: that
-        // comes first, or it would undo these.
-        m_omp = at::get_num_threads();
-        if (api().ompSet)
-            api().ompSet(threads);
-        if (api().mklLocal)
-            m_mkl = api().mklLocal(threads); // the thread's previous setting (0: none)
-    }
-    ~LaneThreads()
-    {
-        if (api().ompSet)
-            api().ompSet(m_omp);
-        if (api().mklLocal)
-            api().mklLocal(m_mkl);
-    }
-    LaneThreads(const LaneThreads&) = delete;
-    LaneThreads& operator=(const LaneThreads&) = delete;
-
-private:
-    struct Api {
-        void (*ompSet)(int) = nullptr;
-        int (*mklLocal)(int) = nullptr;
-    };
-    static const Api& api()
-    {
-        static const Api a = [] {
-            Api x;
-            x.ompSet = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-            x.mklLocal = reinterpret_cast<int (*)(int)>(::dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
-            return x;
-        }();
-        return a;
-    }
-    int m_omp = 1;
-    int m_mkl = 0;
-};
-
 } // namespace
 
 // At B = 50 on two cores the LSTM steps' element loops, the small operations and their dispatch,
@@ -426,7 +381,7 @@ void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(
     // lanes, each lane's products and element loops spread over its share).
     const int64_t threads = std::max<int64_t>(cores, at::get_num_threads());
     auto lane = [&](int64_t first) {
-        std::optional<LaneThreads> share;
+        std::optional<ScopedThreads> share;
         if (cores > 1)
             share.emplace(static_cast<int>(threads / cores + (first < threads % cores ? 1 : 0)));
         for (int64_t k = first; k < tasks; k += cores) {

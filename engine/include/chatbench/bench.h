@@ -62,6 +62,14 @@ Timing timeRepeated(const std::function<void()>& work, int warmup, int repeats, 
 // caches and allocators fill. Runs `work` at least minRuns times, then until two consecutive runs
 // take times within `settle` (relative) of each other, at most maxRuns times (minRuns 0: none). Returns the runs done.
 int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double settle, const BenchClock& clock);
+// Energy of one run of `work` (joules) from a cumulative counter that may move in coarse steps:
+// NVML's total-energy counter moved about every 100 ms on an H200, so a window of a few short runs
+// read either nothing or a whole step. Runs `work` back to back: until the counter moves (an
+// update), then for at least minSeconds, then until it moves again; the energy between the two
+// updates over the runs in between. -1 when `joules` gives -1 (no counter), or when the counter
+// does not move twice within maxSeconds.
+double energyPerRun(const std::function<void()>& work, const std::function<double()>& joules, double minSeconds,
+    double maxSeconds, const BenchClock& clock);
 
 struct BenchConfig {
     std::vector<std::string> devices = { "cpu" };
