@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# One run that verifies the CUDA path on a GPU machine and writes its report, in about five
-# minutes of an H200 (every step has its own time limit; the whole stays under eight).
+# One run that verifies the CUDA path on a GPU machine and writes its report, in about two and a
+# half minutes of an H200 (every step has its own time limit; the whole stays under ten).
 #
 #   scripts/gpu-pack.sh                          # here: .gpu/ holds the headless CLI
 #   scripts/gpu-report.sh                        # there: carried .gpu/, output in $OUT or gpu-report-out/
 #   scripts/gpu-report.sh --dry                  # here, no GPU: every step on the CPU instead
 #
 # Options: --dry, --carried DIR (default .gpu), --cli PATH (a chatbench-cli to use instead),
-# --out DIR, --corpus PATH (default: the bundled corpus).
+# --out DIR, --corpus PATH (default: the bundled corpus), --peers-corpus PATH (the corpus of the
+# side-by-side run against the PyTorch-Python peer; default: --corpus).
 # Output (at most eight files, for machines that return few): summary.md (one line per step:
 # PASS, FAIL, INFO or SKIP, with its time), doctor.json, bench-<gpu>.json (the benchmark report,
-# ready for bench/reports/), logs.tar.gz (every step's full output). Exit code 0 when no step failed.
+# ready for bench/reports/), peers.json with peer-chatbench.json and peer-pytorch.json (chatbench and
+# the PyTorch-Python peer training the seed recipe on the device, interleaved), logs.tar.gz (every
+# step's full output). Exit code 0 when no step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +22,7 @@ CARRIED=.gpu
 CLI=""
 OUTDIR="${OUT:-gpu-report-out}"
 CORPUS=datasets/chatbench
+PEERS_CORPUS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry) DRY=1 ;;
@@ -26,7 +30,8 @@ while [ $# -gt 0 ]; do
     --cli) CLI="$2"; shift ;;
     --out) OUTDIR="$2"; shift ;;
     --corpus) CORPUS="$2"; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --peers-corpus) PEERS_CORPUS="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "gpu-report: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -252,6 +257,17 @@ step 40-bench 240 "$CLI" bench --corpus "$CORPUS" --device "cpu,cuda:0" --precis
 while read -r n; do
   case "$n" in *"skipped after an error"*) check 41-bench-note FAIL "$n" ;; *) check 41-bench-note INFO "$n" ;; esac
 done < <(grep -E '^note:' "$LOGS/40-bench.log")
+
+# ---- side by side: chatbench and the PyTorch-Python peer, the seed recipe on the device ----------
+# bench/peers/compare.py interleaves the tools round by round; on a GPU both run cuDNN's LSTM in
+# IEEE fp32 (no TF32), validation and a checkpoint every epoch.
+step 45-peers 150 "$PY" bench/peers/compare.py --corpus "${PEERS_CORPUS:-$CORPUS}" --cli "$CLI" --python "$PY" \
+  --device "$DEV" --epochs 6 --rounds 3 --out "$OUTDIR/peers.json"
+[ -f "$OUTDIR/peers.json" ] && check 46-peers-table INFO "$("$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("; ".join("%s: %.3f s/epoch (chatbench %.2fx as fast), loss %.4f" % (k, v["median_s"], v["chatbench_speedup"], v["last_loss"])
+                for k, v in d["tools"].items()))' "$OUTDIR/peers.json" 2>&1 | cut -c1-400)"
 
 # ---- warnings that mean a slow or wrong path ------------------------------------------------------
 # cuDNN copying weights on every call (a checkpoint loaded without flattening them again), cuBLAS

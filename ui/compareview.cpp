@@ -168,6 +168,7 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
     auto* exportButton = new QPushButton(tr("Export…"));
     exportButton->setToolTip(tr("Save the selected report (or the last local one) as JSON"));
     auto* removeButton = new QPushButton(tr("Remove"));
+    removeButton->setObjectName("removeReport");
     removeButton->setToolTip(tr("Take the selected report out of the charts"));
     auto* reportButtons = new QHBoxLayout;
     reportButtons->addWidget(importButton);
@@ -576,9 +577,10 @@ void CompareView::refresh()
         note += tr("<br>These reports timed <b>different workloads</b>: speed-ups (×) compare bars of the same "
                    "workload and batch only, and lines of different workloads are not comparable.");
     if (!m_sources.isEmpty() && !otherDevice)
-        note += tr("<br>Only CPU rows so far. For CPU against GPU, run <tt>chatbench-cli bench --device cuda:0 "
-                   "--precision fp32,tf32,bf16,fp16 --out gpu.json</tt> on a machine with a CUDA GPU (on the "
-                   "same corpus and preset) and import the report here.");
+        note += tr("<br>Only CPU rows so far. For CPU against GPU, add a saved GPU report from the list below "
+                   "(gpu-….json), or run <tt>chatbench-cli bench --device cpu,cuda:0 --precision fp32,tf32,bf16,fp16 "
+                   "--out gpu.json</tt> on a machine with a CUDA GPU (on the same corpus and preset) and import the "
+                   "report here.");
     m_workloads->setText(note);
     m_workloads->setVisible(!note.isEmpty());
     m_workloads->setStyleSheet(workloads.size() > 1

@@ -261,6 +261,22 @@ int ScreenshotTour::run()
     ok = waitFor(engine, &EngineController::benchFinished, 600000) && ok;
     shot("09-compare");
 
+    // 6b. CPU against GPU: the reports a GPU machine's check wrote into bench/reports (its CPU
+    // and its GPU on one workload), alone in the charts.
+    const QDir saved(compare->reportsDir());
+    const QStringList gpuReports = saved.entryList({ "gpu-*.json" }, QDir::Files, QDir::Name);
+    if (!gpuReports.isEmpty()) {
+        auto* remove = compare->findChild<QPushButton*>("removeReport");
+        while (remove && compare->reportList()->count() > 0) {
+            compare->reportList()->setCurrentRow(0);
+            remove->click();
+        }
+        for (const QString& f : gpuReports)
+            ok = compare->importReport(saved.filePath(f)) && ok;
+        settle(300);
+        shot("09b-compare-gpu");
+    }
+
     // 7. The environment doctor (Help menu), the same engine function as `chatbench-cli doctor`.
     engine->runDoctor();
     ok = waitFor(engine, &EngineController::doctorDone, 120000) && ok;

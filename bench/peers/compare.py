@@ -35,11 +35,11 @@ def run(cmd, env=None):
     return p.stdout, time.perf_counter() - t0
 
 
-def chatbench_run(cli, corpus, epochs, threads, scratch, extra):
+def chatbench_run(cli, corpus, epochs, threads, scratch, extra, device):
     folder = tempfile.mkdtemp(dir=scratch)
     shutil.rmtree(folder)
     cmd = [cli, "train", "--preset", "seed", "--corpus", corpus, "--run", folder, "--epochs", str(epochs),
-           "--quiet", "--threads", str(threads)] + extra
+           "--quiet", "--threads", str(threads), "--device", device] + extra
     out, _ = run(cmd)
     pairs = int(re.search(r"\((\d+) pairs\)", out).group(1))
     with open(os.path.join(folder, "metrics.csv")) as f:
@@ -74,22 +74,35 @@ def with_all_rounds(path, samples, rounds, corpus):
         json.dump(report, f, indent=2)
 
 
-def chatbench_report(path, samples, race, vocab, pairs, corpus, threads):
+def gpu_name(device):
+    """{"gpu_name": ...} for a CUDA device, as nvidia-smi names it; {} for the CPU or without nvidia-smi."""
+    if device == "cpu":
+        return {}
+    index = device.split(":")[1] if ":" in device else "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return {"gpu_name": out} if out else {}
+
+
+def chatbench_report(path, samples, race, vocab, pairs, corpus, threads, device):
     """chatbench's side as a `chatbench-bench` report with the peers' definition of an epoch."""
     report = {
         "format": "chatbench-bench", "schema_version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "label": "chatbench",
-        "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count()},
+        "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count(), **gpu_name(device)},
         "preset": "seed",
         "model": {"vocab_size": vocab, "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
                   "max_source_length": 22, "max_target_length": 74},
         "corpus": {"name": os.path.basename(os.path.normpath(corpus)), "pairs": pairs},
         "gemm": [],
-        "rows": [{"device": "cpu", "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
+        "rows": [{"device": device, "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
                   "time": time_stats(samples),
                   "tokens_per_second": 0, "gflops": 0, "gemm_fraction": 0, "peak_memory_bytes": 0,
                   "energy_joules": None, "energy_source": "not available"}],
-        "races": [{"device": "cpu", "precision": "fp32", "threads": threads, "points": race}],
+        "races": [{"device": device, "precision": "fp32", "threads": threads, "points": race}],
         "notes": ["chatbench-cli train --preset seed, epoch = training + validation (bench/peers/compare.py)"],
     }
     with open(path, "w") as f:
@@ -107,9 +120,9 @@ def peer_corpus(cli, corpus, scratch):
     return pairs
 
 
-def peer_run(python, script, corpus, epochs, threads, report):
+def peer_run(python, script, corpus, epochs, threads, report, device="cpu"):
     out, _ = run([python, script, "--corpus", corpus, "--epochs", str(epochs), "--threads", str(threads),
-                  "--out", report])
+                  "--out", report] + (["--device", device] if device != "cpu" else []))
     with open(report) as f:
         r = json.load(f)
     points = r["races"][0]["points"]
@@ -128,8 +141,12 @@ def main():
     ap.add_argument("--keras", default="", help="python of a virtual environment with TensorFlow (empty: skip)")
     ap.add_argument("--bf16", action="store_true",
                     help="also chatbench in bf16 (bf16 products, fp32 state; for CPUs with AVX512-BF16/AMX)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu or cuda:N: chatbench and the PyTorch peer train there (the Keras recipe is CPU only)")
     ap.add_argument("--out", default="peers.json")
     a = ap.parse_args()
+    if a.device != "cpu" and (a.keras or a.bf16):
+        ap.error("--keras and --bf16 compare CPU recipes; leave them out with --device " + a.device)
 
     scratch = tempfile.mkdtemp(prefix="chatbench-peers-")
     outdir = os.path.dirname(os.path.abspath(a.out))
@@ -146,12 +163,12 @@ def main():
         for name in tools:
             if name.startswith("chatbench"):
                 extra = name.split()[1:]  # the flags after the tool's name
-                times, loss, last = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra)
+                times, loss, last = chatbench_run(a.cli, a.corpus, a.epochs, a.threads, scratch, extra, a.device)
                 if not extra:
                     last_race = last
             elif name == "PyTorch-Python":
                 times, loss = peer_run(a.python, os.path.join(HERE, "pytorch_peer.py"), peers_read, a.epochs,
-                                       a.threads, os.path.join(outdir, "peer-pytorch.json"))
+                                       a.threads, os.path.join(outdir, "peer-pytorch.json"), a.device)
             else:
                 times, loss = peer_run(a.keras, os.path.join(HERE, "keras_peer.py"), peers_read, a.epochs, a.threads,
                                        os.path.join(outdir, "peer-keras.json"))
@@ -162,17 +179,18 @@ def main():
     shutil.rmtree(scratch, ignore_errors=True)
 
     chatbench_report(os.path.join(outdir, "peer-chatbench.json"), tools["chatbench"], *last_race, a.corpus,
-                     a.threads)
+                     a.threads, a.device)
     for name, file in (("PyTorch-Python", "peer-pytorch.json"), ("Keras", "peer-keras.json")):
         if name in tools:
             with_all_rounds(os.path.join(outdir, file), tools[name], a.rounds, a.corpus)
     base = statistics.median(tools["chatbench"])
-    summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds, "threads": a.threads,
+    summary = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "epochs": a.epochs, "rounds": a.rounds,
+               "threads": a.threads, "device": a.device,
                "machine": cpu_model(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                               time.gmtime()),
                "tools": {}}
     print(f"\nseed preset on {a.corpus}: {a.rounds} interleaved rounds × {a.epochs - 1} timed epochs, "
-          f"{a.threads} threads\n")
+          f"{a.threads} threads, device {a.device}\n")
     print(f"{'':32s} {'median s/epoch':>15s} {'p10–p90':>13s} {'÷ chatbench':>12s} {'last loss':>10s}")
     for name, samples in tools.items():
         med = statistics.median(samples)

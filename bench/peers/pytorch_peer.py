@@ -110,7 +110,12 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--out", default="")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (cuDNN's LSTM, fp32 without TF32)")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # IEEE fp32, as chatbench trains "fp32" unless asked for TF32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -131,7 +136,7 @@ def main():
     train = [(enc(p), [START] + enc(r) + [END]) for p, r in train_pairs]
     val = [(enc(p), [START] + enc(r) + [END]) for p, r in val_pairs]
 
-    model = Seq2Seq(len(vocab))
+    model = Seq2Seq(len(vocab)).to(dev)
     opt = torch.optim.RMSprop(model.parameters(), lr=1e-3, alpha=0.9, eps=1e-7)
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD, reduction="sum")
     ckpt = os.path.join(tempfile.mkdtemp(prefix="pytorch-peer-"), "ckpt.pt")
@@ -143,6 +148,7 @@ def main():
         for b in batches(train, 50, rng):
             s, lengths, d, y = collate(train, b)
             n = int((y != PAD).sum())
+            s, d, y = s.to(dev), d.to(dev), y.to(dev)
             loss = loss_fn(model(s, lengths, d).reshape(-1, len(vocab)), y.reshape(-1))
             opt.zero_grad()
             (loss / n).backward()
@@ -155,9 +161,10 @@ def main():
         with torch.no_grad():
             for k in range(0, len(val), 50):
                 s, lengths, d, y = collate(val, list(range(k, min(k + 50, len(val)))))
+                s, d, y = s.to(dev), d.to(dev), y.to(dev)
                 vsum += float(loss_fn(model(s, lengths, d).reshape(-1, len(vocab)), y.reshape(-1)))
                 vtok += int((y != PAD).sum())
-        dt = time.perf_counter() - t0  # train + validation; the checkpoint below is not timed
+        dt = time.perf_counter() - t0  # train + validation (float() waited for the device); the checkpoint is not timed
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, ckpt)
         elapsed += dt
         epochs.append(dt)
@@ -171,24 +178,27 @@ def main():
           f"vocabulary {len(vocab)}")
     if a.out:
         threads = torch.get_num_threads()
+        where = "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}"
+        gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else ""
         q = lambda f: timed[min(len(timed) - 1, int(round(f * (len(timed) - 1))))]
         report = {
             "format": "chatbench-bench", "schema_version": 1,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "label": "PyTorch-Python",
             "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count(),
-                        "torch": torch.__version__, "python": sys.version.split()[0]},
+                        "torch": torch.__version__, "python": sys.version.split()[0],
+                        **({"gpu_name": gpu} if gpu else {})},
             "preset": "seed",
             "model": {"vocab_size": len(vocab), "embed_dim": 200, "hidden": 200, "layers": 1, "attention": False,
                       "max_source_length": 22, "max_target_length": 74},
             "corpus": {"name": os.path.basename(os.path.normpath(a.corpus)), "pairs": len(pairs)},
             "gemm": [],
-            "rows": [{"device": "cpu", "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
+            "rows": [{"device": where, "precision": "fp32", "threads": threads, "batch": 50, "unit": "epoch",
                       "time": {"median_s": median, "p10_s": q(0.1), "p90_s": q(0.9), "min_s": timed[0],
                                "max_s": timed[-1], "samples_s": timed},
                       "tokens_per_second": 0, "gflops": 0, "gemm_fraction": 0, "peak_memory_bytes": 0,
                       "energy_joules": None, "energy_source": "not available"}],
-            "races": [{"device": "cpu", "precision": "fp32", "threads": threads, "points": race}],
+            "races": [{"device": where, "precision": "fp32", "threads": threads, "points": race}],
             "notes": ["the same recipe in PyTorch-Python (bench/peers/pytorch_peer.py)"],
         }
         with open(a.out, "w") as f:
