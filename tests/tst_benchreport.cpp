@@ -155,6 +155,14 @@ void TestBenchReport::energyIsReadBetweenCounterUpdates()
     int reads = 0;
     auto failing = [&] { return ++reads < 20 ? coarse() : -1.0; };
     QCOMPARE(energyPerRun(work, failing, 1.0, 5.0, device), -1.0);
+    // Cancelled (Compare's Cancel): it ends after the run in progress, not after the window.
+    int runs = 0;
+    auto counted = [&] {
+        ++runs;
+        work();
+    };
+    QCOMPARE(energyPerRun(counted, coarse, 1.0, 5.0, device, [&] { return runs >= 3; }), -1.0);
+    QCOMPARE(runs, 3);
 }
 
 void TestBenchReport::precisionLabelSaysWhatRan()

@@ -250,7 +250,8 @@ struct Bench {
             };
             // Long runs (an epoch) get at least three of them.
             const double window = std::max(kEnergySeconds, 3 * t.median);
-            r.energyJoules = energyPerRun(work, joules, window, window + 2.0 + 4 * t.median, clock);
+            r.energyJoules = energyPerRun(
+                work, joules, window, window + 2.0 + 4 * t.median, clock, [this] { return cancelled(); });
         }
         return t;
     }

@@ -64,14 +64,14 @@ int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double s
 }
 
 double energyPerRun(const std::function<void()>& work, const std::function<double()>& joules, double minSeconds,
-    double maxSeconds, const BenchClock& clock)
+    double maxSeconds, const BenchClock& clock, const std::function<bool()>& stop)
 {
     clock.sync();
     const double t0 = clock.now();
     auto run = [&] {
         work();
         clock.sync();
-        return joules();
+        return stop && stop() ? -1.0 : joules();
     };
     // The first update: energy is counted from it.
     const double idle = joules();

@@ -66,10 +66,10 @@ int warmUp(const std::function<void()>& work, int minRuns, int maxRuns, double s
 // NVML's total-energy counter moved about every 100 ms on an H200, so a window of a few short runs
 // read either nothing or a whole step. Runs `work` back to back: until the counter moves (an
 // update), then for at least minSeconds, then until it moves again; the energy between the two
-// updates over the runs in between. -1 when `joules` gives -1 (no counter), or when the counter
-// does not move twice within maxSeconds.
+// updates over the runs in between. -1 when `joules` gives -1 (no counter), when the counter
+// does not move twice within maxSeconds, or when `stop` (checked after every run) says so.
 double energyPerRun(const std::function<void()>& work, const std::function<double()>& joules, double minSeconds,
-    double maxSeconds, const BenchClock& clock);
+    double maxSeconds, const BenchClock& clock, const std::function<bool()>& stop = {});
 
 struct BenchConfig {
     std::vector<std::string> devices = { "cpu" };
