@@ -102,8 +102,6 @@ public:
         , m_deterministic(at::globalContext().deterministicAlgorithms())
         , m_warnOnly(at::globalContext().deterministicAlgorithmsWarnOnly())
         , m_fill(at::globalContext().deterministicFillUninitializedMemory())
-        , m_tf32(at::globalContext().allowTF32CuBLAS())
-        , m_tf32Cudnn(at::globalContext().allowTF32CuDNN(at::Float32Op::RNN))
     {
     }
     ~SettingsGuard()
@@ -111,8 +109,6 @@ public:
         torch::set_num_threads(m_threads);
         at::globalContext().setDeterministicAlgorithms(m_deterministic, m_warnOnly);
         at::globalContext().setDeterministicFillUninitializedMemory(m_fill);
-        at::globalContext().setAllowTF32CuBLAS(m_tf32);
-        at::globalContext().setAllowTF32CuDNN(m_tf32Cudnn);
     }
     SettingsGuard(const SettingsGuard&) = delete;
     SettingsGuard& operator=(const SettingsGuard&) = delete;
@@ -123,8 +119,7 @@ private:
     bool m_deterministic;
     bool m_warnOnly;
     bool m_fill;
-    bool m_tf32;
-    bool m_tf32Cudnn;
+    Tf32Scope m_tf32;
 };
 
 // ---- the units ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -51,30 +52,13 @@ namespace {
 class RunMaths {
 public:
     RunMaths(const torch::Device& device, bool tf32)
-        : m_gpu(device.is_cuda())
     {
-        if (!m_gpu)
-            return;
-        auto& ctx = at::globalContext();
-        m_cublas = ctx.allowTF32CuBLAS();
-        m_cudnn = ctx.allowTF32CuDNN(at::Float32Op::RNN);
-        setTf32(tf32);
+        if (device.is_cuda())
+            m_scope.emplace(tf32);
     }
-    ~RunMaths()
-    {
-        if (!m_gpu)
-            return;
-        auto& ctx = at::globalContext();
-        ctx.setAllowTF32CuBLAS(m_cublas);
-        ctx.setAllowTF32CuDNN(m_cudnn);
-    }
-    RunMaths(const RunMaths&) = delete;
-    RunMaths& operator=(const RunMaths&) = delete;
 
 private:
-    bool m_gpu;
-    bool m_cublas = false;
-    bool m_cudnn = false;
+    std::optional<Tf32Scope> m_scope;
 };
 
 } // namespace

@@ -42,6 +42,25 @@ void setTf32(bool on)
     ctx.setAllowTF32CuDNN(on);
 }
 
+Tf32Scope::Tf32Scope()
+    : m_cublas(at::globalContext().allowTF32CuBLAS())
+    , m_cudnn(at::globalContext().allowTF32CuDNN(at::Float32Op::RNN))
+{
+}
+
+Tf32Scope::Tf32Scope(bool on)
+    : Tf32Scope()
+{
+    setTf32(on);
+}
+
+Tf32Scope::~Tf32Scope()
+{
+    auto& ctx = at::globalContext();
+    ctx.setAllowTF32CuBLAS(m_cublas);
+    ctx.setAllowTF32CuDNN(m_cudnn);
+}
+
 void setDeterminism(bool deterministic)
 {
     // cuBLAS also needs CUBLAS_WORKSPACE_CONFIG, read once when CUDA starts: prepareProcess() sets

@@ -32,6 +32,20 @@ void setDeterminism(bool deterministic);
 // and cuDNN (the LSTM) alike: torch's defaults differ (cuBLAS off, cuDNN on). (oneDNN's TF32 is
 // for Intel GPUs; this torch warns when it is set, so it is left at its default, off.)
 void setTf32(bool on);
+// Puts back the TF32 switches (cuBLAS and cuDNN's LSTM) it found when it ends; given a value, sets
+// both to it (setTf32) meanwhile.
+class Tf32Scope {
+public:
+    Tf32Scope();
+    explicit Tf32Scope(bool on);
+    ~Tf32Scope();
+    Tf32Scope(const Tf32Scope&) = delete;
+    Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+private:
+    bool m_cublas;
+    bool m_cudnn;
+};
 
 // Frees the CUDA caching allocator's unused blocks after a failure (nothing for other devices).
 // After a sticky CUDA error (an illegal address, a device assert) even that throws; nothing may
