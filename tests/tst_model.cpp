@@ -24,7 +24,9 @@
 #include <dlfcn.h>
 
 #include <cmath>
+#include <atomic>
 #include <set>
+#include <thread>
 
 using namespace chatbench;
 
@@ -113,6 +115,31 @@ std::vector<size_t> range(size_t begin, size_t end)
     return out;
 }
 
+// Parallel regions that would start an OpenMP team of more than one thread on a watched thread,
+// counted by GOMP_parallel below.
+std::atomic<std::thread::id> g_watchedThread{};
+std::atomic<int> g_teamsOnWatchedThread{ 0 };
+
+} // namespace
+
+// OpenMP's entry for `#pragma omp parallel` (libgomp's ABI; LLVM's and Intel's runtimes provide it
+// too): this definition in the test program comes before the runtime's, so every parallel region
+// of LibTorch passes here and then on to the runtime's own.
+extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned threads, unsigned flags)
+{
+    using Entry = void (*)(void (*)(void*), void*, unsigned, unsigned);
+    static const auto next = reinterpret_cast<Entry>(::dlsym(RTLD_NEXT, "GOMP_parallel"));
+    static const auto maxThreads = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (std::this_thread::get_id() == g_watchedThread.load()) {
+        const unsigned team = threads != 0 ? threads : static_cast<unsigned>(maxThreads ? maxThreads() : 1);
+        if (team > 1)
+            ++g_teamsOnWatchedThread;
+    }
+    next(fn, data, threads, flags);
+}
+
+namespace {
+
 // What a CUDA allocator throws when a request does not fit.
 [[noreturn]] void throwOutOfMemory(int64_t rows)
 {
@@ -194,6 +221,8 @@ private Q_SLOTS:
     void onCoresSharesTheThreadsAndRestoresThem();
     void stepInPartsMatchesOnePass_data();
     void stepInPartsMatchesOnePass();
+    void stepInPartsLeavesTheCallersTeamIdle_data();
+    void stepInPartsLeavesTheCallersTeamIdle();
     void sparseLookupMatchesEmbedding();
     void sparseEmbeddingStepMatchesTorchRmsprop_data();
     void sparseEmbeddingStepMatchesTorchRmsprop();
@@ -1054,6 +1083,65 @@ void TestModel::stepInPartsMatchesOnePass()
     const Stepper t = makeStepper(sampled, torch::kCPU, Precision::FP32);
     QCOMPARE(stepParts(t, batch), int64_t(1));
     at::set_num_threads(threadsBefore);
+}
+
+void TestModel::stepInPartsLeavesTheCallersTeamIdle_data()
+{
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("fp32") << false;
+    QTest::newRow("bf16") << true;
+}
+
+// On two cores a step runs as two lanes, one of them on the caller's thread with its OpenMP
+// count set to one. A parallel region on the caller's thread between the lanes (a large fill
+// of the embeddings' sparse gradient did it) starts its two-thread team, whose worker then spins
+// on a core for milliseconds after the region, while the next lanes want both cores: measured
+// 14% of an epoch on a 2-core EPYC. So none may run in such a step.
+void TestModel::stepInPartsLeavesTheCallersTeamIdle()
+{
+    QFETCH(bool, bf16);
+    // Words enough for the sparse gradient's rows to exceed ATen's grain (32 768 floats): 32
+    // pairs of 12 + 14 words from 1 000, E = 128.
+    TrainConfig cfg = tinyTraining();
+    cfg.model.vocabSize = 1000;
+    cfg.model.embedDim = 128;
+    cfg.model.hidden = 16;
+    cfg.model.maxSourceLength = 12;
+    cfg.model.maxTargetLength = 16;
+    cfg.optimizer = OptimizerKind::RMSprop; // the engine's own update: sparse embedding gradients
+    cfg.learningRate = 1e-3;
+    cfg.clipNorm = 5;
+    std::vector<Example> ex;
+    for (int i = 0; i < 32; ++i) {
+        Example e;
+        for (int k = 0; k < 12; ++k)
+            e.source.push_back(4 + (i * 12 + k) * 7 % 996);
+        e.target.push_back(2);
+        for (int k = 0; k < 12; ++k)
+            e.target.push_back(4 + (i * 12 + k) * 11 % 996);
+        e.target.push_back(3);
+        ex.push_back(e);
+    }
+    const Batch batch = collate(ex, range(0, ex.size()), torch::kCPU);
+    const int threadsBefore = at::get_num_threads();
+    at::set_num_threads(2);
+    Stepper s = makeStepper(cfg, torch::kCPU, bf16 ? Precision::BF16 : Precision::FP32);
+    QCOMPARE(stepParts(s, batch), int64_t(2));
+    // The check itself: a parallel fill of this size on this thread is counted.
+    g_watchedThread = std::this_thread::get_id();
+    g_teamsOnWatchedThread = 0;
+    torch::zeros({ 400, 128 });
+    const int fillTeams = g_teamsOnWatchedThread.exchange(0);
+    trainStep(s, batch); // the first step makes the optimizer's state
+    g_teamsOnWatchedThread = 0;
+    for (int i = 0; i < 3; ++i)
+        trainStep(s, batch);
+    const int stepTeams = g_teamsOnWatchedThread.load();
+    g_watchedThread = std::thread::id();
+    at::set_num_threads(threadsBefore);
+    if (fillTeams == 0)
+        QSKIP("this LibTorch's parallel regions do not pass through GOMP_parallel");
+    QCOMPARE(stepTeams, 0);
 }
 
 // Found trying hostile options: --hidden 8192 --embed 8192 --layers 8 (each within its range)

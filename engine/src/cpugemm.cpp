@@ -1,5 +1,7 @@
 #include "cpugemm.h"
 
+#include "kernels.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -178,9 +180,20 @@ void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool 
     const bool rowsOk = c.stride(1) == 1 && (M == 1 || c.stride(0) >= N);
     const Bf16Gemm path = bf16GemmPath();
     if (path == Bf16Gemm::OneDnn) {
-        const auto prod = at::mm(transA ? a.t() : a, transB ? b.t() : b); // (M, N) bf16
+        // The (M, N) bf16 product lands in this thread's buffer (no allocation once it is large
+        // enough), then is widened into c: copied, or added in one pass.
+        thread_local torch::Tensor buffer;
+        if (!buffer.defined())
+            buffer = torch::empty({ 0 }, a.options());
+        if (buffer.numel() < M * N)
+            buffer.resize_({ M * N });
+        auto prod = buffer.narrow(0, 0, M * N).view({ M, N });
+        at::mm_out(prod, transA ? a.t() : a, transB ? b.t() : b);
         if (beta == 0.0f)
             c.copy_(prod);
+        else if (rowsOk && M > 0 && N > 0)
+            kernels::addBf16Into(c.data_ptr<float>(), M == 1 ? N : c.stride(0),
+                reinterpret_cast<const uint16_t*>(prod.data_ptr()), M, N);
         else
             c.add_(prod);
         return;

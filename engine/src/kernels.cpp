@@ -200,6 +200,21 @@ CHATBENCH_CLONES void addInto(float* __restrict dst, const float* __restrict src
         dst[k] += src[k];
 }
 
+CHATBENCH_CLONES void addBf16Into(
+    float* __restrict dst, int64_t ldDst, const uint16_t* __restrict src, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        float* d = dst + r * ldDst;
+        const uint16_t* s = src + r * cols;
+        for (int64_t k = 0; k < cols; ++k) {
+            const uint32_t bits = static_cast<uint32_t>(s[k]) << 16; // bf16 is float's upper half
+            float v;
+            std::memcpy(&v, &bits, sizeof v);
+            d[k] += v;
+        }
+    }
+}
+
 CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
 {
     // Eight float partial sums vectorise; each covers at most n/8 terms of one block.

@@ -31,6 +31,11 @@ double sumSquares(const float* x, int64_t n);
 // dst += src over [0, n); the two never overlap.
 void addInto(float* dst, const float* src, int64_t n);
 
+// dst (rows, cols; row r at dst + r·ldDst) += src (rows, cols, contiguous bf16 bit patterns),
+// each bf16 widened to float exactly. One pass, where adding a bf16 tensor to a float one in
+// ATen converts it into a new float tensor first.
+void addBf16Into(float* dst, int64_t ldDst, const uint16_t* src, int64_t rows, int64_t cols);
+
 // log Σ e^z over the V logits z (max-shifted, summed in float lanes): the log-softmax's
 // normaliser, log p(v) = z[v] − logSumExp(z, V).
 double logSumExp(const float* z, int64_t V);

@@ -32,11 +32,13 @@ public:
         const auto targets = target.to(torch::kInt64).contiguous();
         const int64_t* tgt = targets.data_ptr<int64_t>();
         double loss = 0;
-        torch::Tensor hb, wb, zb; // bf16: the operands once, and each chunk's p − onehot
+        // bf16: the operands once, and every row's p − onehot, for one dWeight product at the end
+        // (one product over all rows, rounded once, where one per chunk added each into dWeight).
+        torch::Tensor hb, wb, zb;
         if (bf16) {
             hb = hidden.to(torch::kBFloat16);
             wb = weight.to(torch::kBFloat16);
-            zb = torch::empty({ rows, V }, hidden.options().dtype(torch::kBFloat16));
+            zb = torch::empty({ N, V }, hidden.options().dtype(torch::kBFloat16));
         }
         for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
             const int64_t n = std::min(kChunkRows, N - r0);
@@ -55,10 +57,9 @@ public:
             auto dh = dHidden.narrow(0, r0, n);
             const bool first = r0 == 0;
             if (bf16) {
-                auto zbChunk = zb.narrow(0, 0, n);
+                auto zbChunk = zb.narrow(0, r0, n);
                 zbChunk.copy_(z);
                 gemmBf16(zbChunk, false, wb, false, 0.0f, dh); // (n, H)
-                gemmBf16(zbChunk, true, hb.narrow(0, r0, n), false, first ? 0.0f : 1.0f, dWeight); // (V, H)
             } else {
                 at::mm_out(dh, z, weight); // (n, H)
                 if (first)
@@ -67,6 +68,8 @@ public:
                     dWeight.addmm_(z.t(), h);
             }
         }
+        if (bf16 && N > 0)
+            gemmBf16(zb, true, hb, false, 0.0f, dWeight); // (V, H)
         ctx->save_for_backward({ dHidden, dWeight, dBias });
         return torch::tensor(loss, hidden.options());
     }

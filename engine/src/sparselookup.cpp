@@ -3,6 +3,7 @@
 #include "chatbench/error.h"
 #include "kernels.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace chatbench {
@@ -44,8 +45,12 @@ torch::Tensor coalesce(const std::vector<Entries>& parts, int64_t V, int64_t E, 
     for (int64_t v = 0; v < V; ++v)
         if (slot[static_cast<size_t>(v)] >= 0)
             out[slot[static_cast<size_t>(v)]] = v;
-    auto values = torch::zeros({ touched, E }, torch::kFloat32);
+    // Zeroed here, not by torch::zeros: on the training step's own thread, between its lanes, a
+    // parallel fill would wake that thread's OpenMP team, whose worker then spins on a core the
+    // next lanes need.
+    auto values = torch::empty({ touched, E }, torch::kFloat32);
     float* sums = values.data_ptr<float>();
+    std::fill_n(sums, touched * E, 0.0f);
     for (const auto& p : parts) {
         const int64_t* ids = p.ids.data_ptr<int64_t>();
         const float* rows = p.rows.data_ptr<float>();
