@@ -14,6 +14,9 @@ using torch::autograd::tensor_list;
 
 // 128 rows of a 2–4k vocabulary are 1–2 MB of logits: one core's L2.
 constexpr int64_t kChunkRows = 128;
+// bf16 keeps the rows' p − onehot for the weight gradient's product in up to this many bytes
+// (every row of a step at the seed sizes), then makes the product and starts again.
+constexpr int64_t kBf16RowsBytes = int64_t(16) << 20;
 
 class ProjectedCrossEntropyFunction : public torch::autograd::Function<ProjectedCrossEntropyFunction> {
 public:
@@ -32,14 +35,28 @@ public:
         const auto targets = target.to(torch::kInt64).contiguous();
         const int64_t* tgt = targets.data_ptr<int64_t>();
         double loss = 0;
-        // bf16: the operands once, and every row's p − onehot, for one dWeight product at the end
-        // (one product over all rows, rounded once, where one per chunk added each into dWeight).
+        // bf16: the operands once, and the rows' p − onehot kept for the dWeight product: one
+        // product over every row kept (rounded once), where one per chunk was added into dWeight
+        // each. Whole chunks up to kBf16RowsBytes are kept.
         torch::Tensor hb, wb, zb;
+        int64_t keptRows = 0, kept = 0, keptFrom = 0; // zb's rows; those filled; their first row
+        bool dWeightWritten = false;
         if (bf16) {
             hb = hidden.to(torch::kBFloat16);
             wb = weight.to(torch::kBFloat16);
-            zb = torch::empty({ N, V }, hidden.options().dtype(torch::kBFloat16));
+            const int64_t fit = kBf16RowsBytes / static_cast<int64_t>(sizeof(uint16_t)) / std::max<int64_t>(V, 1);
+            keptRows = std::min(N, std::max<int64_t>(1, fit / kChunkRows) * kChunkRows);
+            zb = torch::empty({ keptRows, V }, hidden.options().dtype(torch::kBFloat16));
         }
+        auto flushKept = [&] { // dWeight (+)= the kept rows' product
+            if (kept == 0)
+                return;
+            gemmBf16(zb.narrow(0, 0, kept), true, hb.narrow(0, keptFrom, kept), false, dWeightWritten ? 1.0f : 0.0f,
+                dWeight); // (V, H)
+            dWeightWritten = true;
+            keptFrom += kept;
+            kept = 0;
+        };
         for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
             const int64_t n = std::min(kChunkRows, N - r0);
             auto h = hidden.narrow(0, r0, n); // (n, H)
@@ -57,8 +74,11 @@ public:
             auto dh = dHidden.narrow(0, r0, n);
             const bool first = r0 == 0;
             if (bf16) {
-                auto zbChunk = zb.narrow(0, r0, n);
+                if (kept + n > keptRows)
+                    flushKept();
+                auto zbChunk = zb.narrow(0, kept, n);
                 zbChunk.copy_(z);
+                kept += n;
                 gemmBf16(zbChunk, false, wb, false, 0.0f, dh); // (n, H)
             } else {
                 at::mm_out(dh, z, weight); // (n, H)
@@ -68,8 +88,8 @@ public:
                     dWeight.addmm_(z.t(), h);
             }
         }
-        if (bf16 && N > 0)
-            gemmBf16(zb, true, hb, false, 0.0f, dWeight); // (V, H)
+        if (bf16)
+            flushKept();
         ctx->save_for_backward({ dHidden, dWeight, dBias });
         return torch::tensor(loss, hidden.options());
     }
