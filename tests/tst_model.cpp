@@ -18,6 +18,8 @@
 #include "torchutil.h"
 #include "trainstep.h"
 
+#include <QElapsedTimer>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -233,6 +235,7 @@ private Q_SLOTS:
     void cpuAllocationFailureBacksOffAndIsInWords();
     void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
+    void checkpointPicklesAskingForTooMuchAreRefused();
     void stepSeedTouchesOnlyTheCpuGenerator();
     void parityVerdict();
     void gpuUuidAsNvmlNamesIt();
@@ -1316,6 +1319,48 @@ void TestModel::checkpointKeepsTheGeneratorState()
     const auto expected = rngState(torch::kCPU).clone();
     loadCheckpoint(run, st, s.model, nullptr);
     QVERIFY(torch::equal(rngState(torch::kCPU), expected));
+}
+
+// Found by the checkpoint fuzzer: one bit flipped in a memo index (LONG_BINPUT) of the archive's
+// data.pkl made LibTorch's unpickler grow its memo table to 544 million entries (8.7 GB) before
+// anything else failed. A run older than checkpoint checksums, or an edited state.json, lets such a
+// file through the checksum. The pickles are walked first, and the checkpoint is refused, naming it.
+void TestModel::checkpointPicklesAskingForTooMuchAreRefused()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    TrainConfig cfg = preset("quick"); // the fuzz harness' model
+    cfg.model.vocabSize = 9;
+    cfg.model.embedDim = 3;
+    cfg.model.hidden = 4;
+    cfg.model.layers = 2;
+    cfg.model.maxSourceLength = 8;
+    cfg.model.maxTargetLength = 8;
+    Stepper s = makeStepper(cfg, torch::kCPU, Precision::FP32);
+    RunState st;
+    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    loadCheckpoint(run, st, s.model, s.optimizer.get()); // the walk passes LibTorch's own pickles
+
+    const QString found = CHATBENCH_SOURCE_DIR "/fuzz/regressions/checkpoint/memo-index-8.7GB.pt";
+    QVERIFY(QFile::exists(found));
+    const std::string name = "ckpt-00000009.pt";
+    QFile::remove(QString::fromStdString(run + "/" + name));
+    QVERIFY(QFile::copy(found, QString::fromStdString(run + "/" + name)));
+    RunState bad = st;
+    bad.checkpoint = name;
+    bad.haveCrc = false; // a run from before checksums
+    QElapsedTimer clock;
+    clock.start();
+    try {
+        loadCheckpoint(run, bad, s.model, s.optimizer.get());
+        QFAIL("the malformed checkpoint loaded");
+    } catch (const Error& e) {
+        const QString what = QString::fromStdString(e.what());
+        QVERIFY2(what.contains(QString::fromStdString(name)) && what.contains("'data.pkl'")
+                && what.contains("memo index 54"),
+            qPrintable(what));
+    }
+    QVERIFY2(clock.elapsed() < 5000, qPrintable(QString("%1 ms").arg(clock.elapsed())));
 }
 
 void TestModel::stepSeedTouchesOnlyTheCpuGenerator()

@@ -5,9 +5,13 @@
 #include "text.h"
 #include "trainstep.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -154,6 +158,129 @@ struct ConfigMismatch : Error {
 const char* const kEditedConfig
     = ": was config.json edited? Put back the sizes the run was trained with (train a new run for other sizes)";
 
+// LibTorch's unpickler trusts two numbers in a pickle: a memo index, up to which it grows its
+// memo table (four bytes can ask for 68 GB: a checkpoint one bit off asked for 8.7 GB), and a
+// string's length, which it may allocate before reading. Every pickle of the archive is walked
+// first, opcode by opcode as LibTorch reads them (protocol 2), and one whose memo index skips
+// ahead of the entries made so far, or whose string is longer than what is left, is refused.
+// Returns why, or empty. An opcode LibTorch does not read ends the walk: LibTorch stops there
+// with its own error.
+std::string malformedPickle(const uint8_t* p, size_t n)
+{
+    if (n < 2 || p[0] != 0x80)
+        return {};
+    size_t i = 2;
+    uint64_t memo = 0; // entries made so far
+    auto u32 = [&](size_t at) {
+        uint32_t v = 0;
+        for (int k = 3; k >= 0; --k)
+            v = (v << 8) | p[at + static_cast<size_t>(k)]; // little-endian, as pickles are
+        return v;
+    };
+    while (i < n) {
+        const size_t at = i;
+        const uint8_t op = p[i++];
+        const size_t left = n - i;
+        size_t skip = 0; // the opcode's argument bytes
+        switch (op) {
+        case 'q': // BINPUT, LONG_BINPUT
+        case 'r': {
+            const size_t width = op == 'q' ? 1 : 4;
+            if (left < width)
+                return {};
+            const uint64_t id = op == 'q' ? p[i] : u32(i);
+            if (id > memo)
+                return "memo index " + std::to_string(id) + " at byte " + std::to_string(at) + " (" + std::to_string(memo)
+                    + " entries so far)";
+            memo += id == memo ? 1 : 0;
+            skip = width;
+        } break;
+        case 'h': // BINGET
+        case 'K': // BININT1
+            skip = 1;
+            break;
+        case 'M': // BININT2
+            skip = 2;
+            break;
+        case 'j': // LONG_BINGET
+        case 'J': // BININT
+            skip = 4;
+            break;
+        case 'G': // BINFLOAT
+            skip = 8;
+            break;
+        case 0x8a: // LONG1: a length byte, then that many
+            if (left < 1)
+                return {};
+            skip = 1 + p[i];
+            break;
+        case 'X': { // BINUNICODE: four length bytes, then the string
+            if (left < 4)
+                return {};
+            const uint64_t length = u32(i);
+            if (length > left - 4)
+                return "a string of " + std::to_string(length) + " bytes at byte " + std::to_string(at) + " with "
+                    + std::to_string(left - 4) + " left";
+            skip = 4 + static_cast<size_t>(length);
+        } break;
+        case 'c': // GLOBAL: module and name, each ended by a newline
+            for (int k = 0; k < 2; ++k) {
+                const void* nl = std::memchr(p + i, '\n', n - i);
+                if (!nl)
+                    return {};
+                i = static_cast<size_t>(static_cast<const uint8_t*>(nl) - p) + 1;
+            }
+            break;
+        case '.': // STOP
+            return {};
+        case ']': case ')': case '(': case 0x88: case 0x89: case 'N': case 't': case 0x85: case 0x86: case 0x87:
+        case '}': case 'e': case 'l': case 'd': case 'u': case 0x81: case 'b': case 'R': case 'Q': case 's':
+            break; // no argument
+        default:
+            return {};
+        }
+        if (skip > n - i)
+            return {};
+        i += skip;
+    }
+    return {};
+}
+
+// The checkpoint's bytes as LibTorch's archive reader reads them.
+class BytesReader : public caffe2::serialize::ReadAdapterInterface {
+public:
+    explicit BytesReader(const std::string& bytes)
+        : m_bytes(bytes)
+    {
+    }
+    size_t size() const override { return m_bytes.size(); }
+    size_t read(uint64_t pos, void* buf, size_t n, const char*) const override
+    {
+        if (pos >= m_bytes.size())
+            return 0;
+        n = std::min<size_t>(n, m_bytes.size() - static_cast<size_t>(pos));
+        std::memcpy(buf, m_bytes.data() + pos, n);
+        return n;
+    }
+
+private:
+    const std::string& m_bytes;
+};
+
+// Throws naming the pickle of the archive that malformedPickle refuses.
+void checkPickles(const std::string& file, const std::string& bytes)
+{
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReader>(bytes));
+    for (const auto& name : reader.getAllRecords()) {
+        if (name.size() < 3 || name.compare(name.size() - 3, 3, "pkl") != 0)
+            continue;
+        const auto [data, size] = reader.getRecord(name);
+        const std::string why = malformedPickle(static_cast<const uint8_t*>(data.get()), size);
+        if (!why.empty())
+            throw Error(file, 0, "checkpoint is malformed (its record '" + name + "' has " + why + "): corrupt file?");
+    }
+}
+
 } // namespace
 
 void loadCheckpoint(
@@ -170,6 +297,7 @@ void loadCheckpoint(
     for (const auto& p : model->named_parameters())
         shapes.emplace_back(p.key(), p.value().sizes().vec());
     try {
+        checkPickles(file, bytes);
         torch::serialize::InputArchive root, m;
         root.load_from(bytes.data(), bytes.size(), model->parameters().front().device());
         root.read("model", m);
