@@ -11,9 +11,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -158,90 +162,247 @@ struct ConfigMismatch : Error {
 const char* const kEditedConfig
     = ": was config.json edited? Put back the sizes the run was trained with (train a new run for other sizes)";
 
-// LibTorch's unpickler trusts two numbers in a pickle: a memo index, up to which it grows its
-// memo table (four bytes can ask for 68 GB: a checkpoint one bit off asked for 8.7 GB), and a
-// string's length, which it may allocate before reading. Every pickle of the archive is walked
-// first, opcode by opcode as LibTorch reads them (protocol 2), and one whose memo index skips
-// ahead of the entries made so far, or whose string is longer than what is left, is refused.
-// Returns why, or empty. An opcode LibTorch does not read ends the walk: LibTorch stops there
-// with its own error.
-std::string malformedPickle(const uint8_t* p, size_t n)
+// LibTorch's unpickler trusts three numbers in a pickle: a memo index, up to which it grows its
+// memo table (four bytes can ask for 68 GB: a checkpoint one bit off asked for 8.7 GB); a string's
+// length, which it may allocate before reading; and a storage's element count, which becomes the
+// storage's size whatever the size of the record holding its bytes (a shortened record was read
+// past its end). So every pickle of the archive is walked first, opcode by opcode as LibTorch
+// reads them (protocol 2), keeping a rough stack of the values it builds: enough to see each
+// storage's persistent id ('storage', type, key, device, count) as LibTorch's pickler writes it.
+// Refused: a memo index ahead of the entries made so far, a string longer than what is left, a
+// storage whose count of elements takes more bytes than its record holds. An opcode LibTorch does
+// not read ends the walk (LibTorch stops there with its own error), and so does a stack the walk
+// cannot follow. Returns why, or empty.
+std::string malformedPickle(
+    const uint8_t* p, size_t n, const std::function<std::optional<size_t>(const std::string&)>& recordSize)
 {
     if (n < 2 || p[0] != 0x80)
         return {};
-    size_t i = 2;
-    uint64_t memo = 0; // entries made so far
-    auto u32 = [&](size_t at) {
-        uint32_t v = 0;
-        for (int k = 3; k >= 0; --k)
-            v = (v << 8) | p[at + static_cast<size_t>(k)]; // little-endian, as pickles are
+    struct Item {
+        enum Kind { Other, Mark, Str, Int, Global, Tuple } kind = Other;
+        std::string text; // Str, Global (its name)
+        int64_t number = 0; // Int
+        std::vector<Item> items; // Tuple (up to five kept)
+    };
+    // The rough stack and memo, while the walk follows LibTorch's (and they stay under kItems);
+    // after that only the memo's count and the lengths are checked.
+    constexpr size_t kItems = size_t(1) << 18;
+    std::vector<Item> stack, memo;
+    bool following = true;
+    uint64_t memoCount = 0;
+    auto popToMark = [&](std::vector<Item>* out) {
+        size_t k = stack.size();
+        while (k > 0 && stack[k - 1].kind != Item::Mark)
+            --k;
+        if (k == 0)
+            return false;
+        if (out)
+            out->assign(stack.begin() + static_cast<long>(k), stack.end());
+        stack.resize(k - 1);
+        return true;
+    };
+    auto pop = [&](size_t count) {
+        if (stack.size() < count)
+            return false;
+        stack.resize(stack.size() - count);
+        return true;
+    };
+    auto tuple = [](std::vector<Item> items) {
+        Item t;
+        t.kind = Item::Tuple;
+        if (items.size() <= 5) { // one level: a storage's id holds scalars only
+            for (auto& item : items)
+                item.items.clear();
+            t.items = std::move(items);
+        }
+        return t;
+    };
+    auto le = [&](size_t at, size_t width) {
+        uint64_t v = 0;
+        for (size_t k = width; k-- > 0;)
+            v = (v << 8) | p[at + k]; // little-endian, as pickles are
         return v;
     };
+    size_t i = 2;
     while (i < n) {
         const size_t at = i;
         const uint8_t op = p[i++];
         const size_t left = n - i;
-        size_t skip = 0; // the opcode's argument bytes
+        auto need = [&](size_t k) { return left >= k; };
+        bool followed = true; // whether the rough stack still follows LibTorch's
         switch (op) {
         case 'q': // BINPUT, LONG_BINPUT
         case 'r': {
             const size_t width = op == 'q' ? 1 : 4;
-            if (left < width)
+            if (!need(width) || (following && stack.empty()))
                 return {};
-            const uint64_t id = op == 'q' ? p[i] : u32(i);
-            if (id > memo)
-                return "memo index " + std::to_string(id) + " at byte " + std::to_string(at) + " (" + std::to_string(memo)
-                    + " entries so far)";
-            memo += id == memo ? 1 : 0;
-            skip = width;
+            const uint64_t id = le(i, width);
+            if (id > memoCount)
+                return "memo index " + std::to_string(id) + " at byte " + std::to_string(at) + " ("
+                    + std::to_string(memoCount) + " entries so far)";
+            memoCount += id == memoCount ? 1 : 0;
+            if (following) {
+                if (id == memo.size())
+                    memo.push_back(stack.back());
+                else
+                    memo[id] = stack.back();
+            }
+            i += width;
         } break;
-        case 'h': // BINGET
-        case 'K': // BININT1
-            skip = 1;
-            break;
-        case 'M': // BININT2
-            skip = 2;
-            break;
-        case 'j': // LONG_BINGET
-        case 'J': // BININT
-            skip = 4;
-            break;
-        case 'G': // BINFLOAT
-            skip = 8;
-            break;
-        case 0x8a: // LONG1: a length byte, then that many
-            if (left < 1)
+        case 'h': // BINGET, LONG_BINGET
+        case 'j': {
+            const size_t width = op == 'h' ? 1 : 4;
+            if (!need(width))
                 return {};
-            skip = 1 + p[i];
+            const uint64_t id = le(i, width);
+            if (id >= memoCount)
+                return {}; // LibTorch refuses it
+            if (following)
+                stack.push_back(memo[id]);
+            i += width;
+        } break;
+        case 'K': // BININT1, BININT2, BININT
+        case 'M':
+        case 'J': {
+            const size_t width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
+            if (!need(width))
+                return {};
+            Item v;
+            v.kind = Item::Int;
+            v.number = op == 'J' ? int64_t(int32_t(uint32_t(le(i, 4)))) : int64_t(le(i, width));
+            stack.push_back(v);
+            i += width;
+        } break;
+        case 0x8a: { // LONG1: LibTorch reads only 8 bytes
+            if (!need(9) || p[i] != 8)
+                return {};
+            Item v;
+            v.kind = Item::Int;
+            v.number = int64_t(le(i + 1, 8));
+            stack.push_back(v);
+            i += 9;
+        } break;
+        case 'G': // BINFLOAT
+            if (!need(8))
+                return {};
+            stack.emplace_back();
+            i += 8;
             break;
         case 'X': { // BINUNICODE: four length bytes, then the string
-            if (left < 4)
+            if (!need(4))
                 return {};
-            const uint64_t length = u32(i);
+            const uint64_t length = le(i, 4);
             if (length > left - 4)
                 return "a string of " + std::to_string(length) + " bytes at byte " + std::to_string(at) + " with "
                     + std::to_string(left - 4) + " left";
-            skip = 4 + static_cast<size_t>(length);
+            Item v;
+            v.kind = Item::Str;
+            v.text.assign(reinterpret_cast<const char*>(p + i + 4), static_cast<size_t>(std::min<uint64_t>(length, 64)));
+            stack.push_back(std::move(v));
+            i += 4 + static_cast<size_t>(length);
         } break;
-        case 'c': // GLOBAL: module and name, each ended by a newline
+        case 'c': { // GLOBAL: module and name, each ended by a newline
+            Item v;
+            v.kind = Item::Global;
             for (int k = 0; k < 2; ++k) {
                 const void* nl = std::memchr(p + i, '\n', n - i);
                 if (!nl)
                     return {};
-                i = static_cast<size_t>(static_cast<const uint8_t*>(nl) - p) + 1;
+                const size_t end = static_cast<size_t>(static_cast<const uint8_t*>(nl) - p);
+                if (k == 1)
+                    v.text.assign(reinterpret_cast<const char*>(p + i), std::min<size_t>(end - i, 64));
+                i = end + 1;
             }
+            stack.push_back(std::move(v));
+        } break;
+        case '(': { // MARK
+            Item m;
+            m.kind = Item::Mark;
+            stack.push_back(m);
+        } break;
+        case ']': case ')': case '}': case 0x88: case 0x89: case 'N': // EMPTY_LIST/TUPLE/DICT, TRUE, FALSE, NONE
+            stack.emplace_back();
             break;
+        case 't': { // TUPLE
+            std::vector<Item> items;
+            followed = popToMark(&items);
+            if (followed)
+                stack.push_back(tuple(std::move(items)));
+        } break;
+        case 0x85: // TUPLE1, TUPLE2, TUPLE3
+        case 0x86:
+        case 0x87: {
+            const size_t count = op - 0x84u;
+            followed = stack.size() >= count;
+            if (followed) {
+                std::vector<Item> items(stack.end() - static_cast<long>(count), stack.end());
+                stack.resize(stack.size() - count);
+                stack.push_back(tuple(std::move(items)));
+            }
+        } break;
+        case 'l': // LIST, DICT: the items since the mark become one value
+        case 'd':
+            followed = popToMark(nullptr);
+            if (followed)
+                stack.emplace_back();
+            break;
+        case 'e': // APPENDS, SETITEMS: the items since the mark go into the value below it
+        case 'u':
+            followed = popToMark(nullptr) && !stack.empty();
+            break;
+        case 's': // SETITEM
+            followed = pop(2) && !stack.empty();
+            break;
+        case 0x81: // NEWOBJ
+            followed = pop(1);
+            break;
+        case 'b': // BUILD, REDUCE: a function and its argument become its result
+        case 'R':
+            followed = pop(2);
+            if (followed)
+                stack.emplace_back();
+            break;
+        case 'Q': { // BINPERSID
+            if (!following)
+                break;
+            if (stack.empty())
+                return {};
+            const Item id = stack.back();
+            stack.back() = Item();
+            if (id.kind == Item::Tuple && id.items.size() == 5 && id.items[0].kind == Item::Str
+                && id.items[0].text == "storage" && id.items[1].kind == Item::Global && id.items[2].kind == Item::Str
+                && id.items[4].kind == Item::Int) {
+                static const std::map<std::string, int64_t> kItemBytes = { { "DoubleStorage", 8 },
+                    { "FloatStorage", 4 }, { "HalfStorage", 2 }, { "BFloat16Storage", 2 }, { "LongStorage", 8 },
+                    { "IntStorage", 4 }, { "ShortStorage", 2 }, { "CharStorage", 1 }, { "ByteStorage", 1 },
+                    { "BoolStorage", 1 } };
+                const auto bytesPer = kItemBytes.find(id.items[1].text);
+                const int64_t count = id.items[4].number;
+                const std::string& key = id.items[2].text;
+                if (count < 0)
+                    return "storage '" + key + "' with " + std::to_string(count) + " elements at byte "
+                        + std::to_string(at);
+                if (bytesPer != kItemBytes.end() && count > 0) {
+                    const auto size = recordSize(key);
+                    if (size && (count > int64_t(1) << 56 || uint64_t(count) * uint64_t(bytesPer->second) > *size))
+                        return "storage '" + key + "' of " + std::to_string(count) + " elements ("
+                            + std::to_string(count * bytesPer->second) + " bytes) at byte " + std::to_string(at)
+                            + ", whose record holds " + std::to_string(*size) + " bytes";
+                }
+            }
+        } break;
         case '.': // STOP
             return {};
-        case ']': case ')': case '(': case 0x88: case 0x89: case 'N': case 't': case 0x85: case 0x86: case 0x87:
-        case '}': case 'e': case 'l': case 'd': case 'u': case 0x81: case 'b': case 'R': case 'Q': case 's':
-            break; // no argument
         default:
             return {};
         }
-        if (skip > n - i)
-            return {};
-        i += skip;
+        if (following && (!followed || stack.size() > kItems || memo.size() > kItems)) {
+            following = false;
+            stack = {};
+            memo = {};
+        }
+        if (!following)
+            stack.clear(); // what this opcode pushed
     }
     return {};
 }
@@ -275,7 +436,15 @@ void checkPickles(const std::string& file, const std::string& bytes)
         if (name.size() < 3 || name.compare(name.size() - 3, 3, "pkl") != 0)
             continue;
         const auto [data, size] = reader.getRecord(name);
-        const std::string why = malformedPickle(static_cast<const uint8_t*>(data.get()), size);
+        // Its storages' bytes are the records "<name without .pkl>/<key>" (data.pkl: data/0, …).
+        const std::string dir = name.substr(0, name.size() - (name.size() >= 4 && name.compare(name.size() - 4, 4, ".pkl") == 0 ? 4 : 3));
+        auto recordSize = [&](const std::string& key) -> std::optional<size_t> {
+            const std::string record = dir + "/" + key;
+            if (!reader.hasRecord(record))
+                return std::nullopt; // LibTorch says it is missing
+            return reader.getRecordSize(record);
+        };
+        const std::string why = malformedPickle(static_cast<const uint8_t*>(data.get()), size, recordSize);
         if (!why.empty())
             throw Error(file, 0, "checkpoint is malformed (its record '" + name + "' has " + why + "): corrupt file?");
     }
