@@ -40,7 +40,6 @@ public:
         // each. Whole chunks up to kBf16RowsBytes are kept.
         torch::Tensor hb, wb, zb;
         int64_t keptRows = 0, kept = 0, keptFrom = 0; // zb's rows; those filled; their first row
-        bool dWeightWritten = false;
         if (bf16) {
             hb = hidden.to(torch::kBFloat16);
             wb = weight.to(torch::kBFloat16);
@@ -51,9 +50,8 @@ public:
         auto flushKept = [&] { // dWeight (+)= the kept rows' product
             if (kept == 0)
                 return;
-            gemmBf16(zb.narrow(0, 0, kept), true, hb.narrow(0, keptFrom, kept), false, dWeightWritten ? 1.0f : 0.0f,
-                dWeight); // (V, H)
-            dWeightWritten = true;
+            gemmBf16(zb.narrow(0, 0, kept), true, hb.narrow(0, keptFrom, kept), false, keptFrom > 0 ? 1.0f : 0.0f,
+                dWeight); // (V, H): written by the first part, added to by the others
             keptFrom += kept;
             kept = 0;
         };
