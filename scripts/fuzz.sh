@@ -2,7 +2,7 @@
 # Builds the libFuzzer harnesses in fuzz/ with clang (AddressSanitizer + UBSan) and runs each for
 # SECONDS, seeded from the bundled corpus and the test fixtures plus the regression inputs kept in
 # fuzz/regressions/. Prints executions and findings per harness; findings land in build-fuzz/findings/.
-# Usage: scripts/fuzz.sh [SECONDS] [HARNESS ...]     (HARNESS: corpus_yaml, tokenizer, …; default all)
+# Usage: scripts/fuzz.sh [SECONDS] [HARNESS ...]     (HARNESS: corpus_yaml, tokenizer, pickle, …; default all)
 # FUZZ_MAX_LEN=N caps the input size (libFuzzer's -max_len; the longer seeds are cut). The YAML and
 # Cornell parsers run ~4x more inputs a second at 1024 bytes with the same coverage; pairing it with
 # ASAN_OPTIONS=malloc_context_size=0 saves the allocation stacks (a finding is then rerun without it
@@ -13,7 +13,7 @@ SECONDS_EACH="${1:-60}"
 [ $# -gt 0 ] && shift
 BUILD=build-fuzz
 ALL=(corpus_yaml corpus_tsv corpus_jsonl corpus_dialog corpus_cornell tokenizer config state bench_report keras_model
-  keras_tokenizer checkpoint)
+  keras_config keras_tokenizer pickle checkpoint)
 HARNESSES=("$@")
 if [ $# -eq 0 ]; then HARNESSES=("${ALL[@]}"); fi
 
@@ -28,6 +28,7 @@ seed() { # harness → seed files
     tokenizer) ls tests/fixtures/keras/*.json ;;
     config|state) ls tests/fixtures/keras/*_tokenizer.json ;;
     keras_model) ls tests/fixtures/keras/*.keras tests/fixtures/keras/*.h5 ;;
+    keras_config) ls tests/fixtures/keras/unsupported/*.json ;;
     keras_tokenizer) ls tests/fixtures/keras/*_tokenizer.json ;;
     bench_report) find bench/reports -name '*.json' ! -name summary.json ;;
   esac
@@ -39,8 +40,30 @@ for h in "${HARNESSES[@]}"; do
   work="$BUILD/work/$h"
   mkdir -p "$work" "fuzz/regressions/$h"
   for f in $(seed "$h"); do cp -n "$f" "$work/" 2>/dev/null || true; done
-  if [ "$h" = checkpoint ]; then # the harness writes a checkpoint of its own model as the seed
-    [ -f "$work/seed.pt" ] || CHATBENCH_FUZZ_SEED_DIR="$work" "$BUILD/fuzz_$h" -runs=0 >/dev/null 2>&1
+  if [ "$h" = checkpoint ] || [ "$h" = pickle ]; then # the checkpoint harness writes a checkpoint of its model
+    ckpt="$BUILD/work/checkpoint"
+    mkdir -p "$ckpt"
+    [ -f "$ckpt/seed.pt" ] || [ ! -x "$BUILD/fuzz_checkpoint" ] \
+      || CHATBENCH_FUZZ_SEED_DIR="$ckpt" "$BUILD/fuzz_checkpoint" -runs=0 >/dev/null 2>&1
+    if [ "$h" = pickle ] && [ -f "$ckpt/seed.pt" ]; then # its pickles, one file each
+      python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+for n in z.namelist():
+    if n.endswith(".pkl"): open(sys.argv[2] + "/seed-" + n.replace("/", "-"), "wb").write(z.read(n))' "$ckpt/seed.pt" "$work"
+    fi
+  fi
+  if [ "$h" = keras_config ]; then # the fixtures' model configs: config.json, or the .h5's model_config
+    python3 -c 'import json, sys, zipfile
+for f in sys.argv[2:]:
+    out = sys.argv[1] + "/seed-" + f.rsplit("/", 1)[1] + ".json"
+    if f.endswith(".keras"):
+        open(out, "wb").write(zipfile.ZipFile(f).read("config.json"))
+    else:  # the attribute is stored whole in the file
+        b = open(f, "rb").read().decode("latin1")
+        i = b.find("{\"class_name\"")
+        if i >= 0:
+            open(out, "w", encoding="latin1").write(b[i:i + json.JSONDecoder().raw_decode(b[i:])[1]])' \
+      "$work" tests/fixtures/keras/*.keras tests/fixtures/keras/recipe.h5 tests/fixtures/keras/keras2.h5
   fi
   log="$BUILD/$h.log"
   mode=()

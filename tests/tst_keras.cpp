@@ -9,6 +9,7 @@
 #include "chatbench/runs.h"
 #include "chatbench/trainer.h"
 #include "childprocess.h"
+#include "kerasfile.h"
 #include "testutil.h"
 
 #include <QFile>
@@ -127,6 +128,7 @@ private Q_SLOTS:
     void badFilesGiveErrors();
     void aStuckReaderIsStopped();
     void unsupportedModelsAreNamed();
+    void theConfigAloneDescribesTheModel();
     void badTokenizers();
 
 private:
@@ -541,6 +543,39 @@ void TestKeras::unsupportedModelsAreNamed()
     expectError(readJson(made + "stacked_top.config.json"), "stacked-top",
         { "'dec1' and 'dec2' both start from encoder LSTM 'enc2'" });
     expectError(readJson(made + "nested.config.json"), "nested", { "'functional_4' (Functional)" });
+}
+
+// readKerasConfig (the config walk without HDF5, which the keras_config fuzz harness drives) gives
+// what reading the whole file gives, but the weights; a config the walk refuses is refused alike.
+void TestKeras::theConfigAloneDescribesTheModel()
+{
+    for (const char* name : { "recipe.keras", "stacked.keras", "nomask.keras" }) {
+        const std::string path = kFixtures + name;
+        const std::string config = zipMember(path, "config.json");
+        const KerasSeq2Seq whole = readKerasSeq2SeqInProcess(path);
+        const KerasSeq2Seq alone = readKerasConfig(config, path);
+        QCOMPARE(alone.vocabulary, whole.vocabulary);
+        QCOMPARE(alone.embed, whole.embed);
+        QCOMPARE(alone.hidden, whole.hidden);
+        QCOMPARE(alone.layers, whole.layers);
+        QCOMPARE(alone.sharedEmbedding, whole.sharedEmbedding);
+        QCOMPARE(alone.encoderMask, whole.encoderMask);
+        QCOMPARE(alone.sourceLength, whole.sourceLength);
+        QCOMPARE(alone.targetLength, whole.targetLength);
+        QCOMPARE(alone.notes, whole.notes);
+        QVERIFY(alone.encoderEmbedding.data.empty() && alone.encoder.empty() && alone.denseKernel.data.empty());
+        QVERIFY(!whole.encoderEmbedding.data.empty() && whole.encoder.size() == size_t(whole.layers));
+    }
+    json sequential = json::parse(zipMember(kFixtures + "recipe.keras", "config.json"));
+    sequential["class_name"] = "Sequential";
+    try {
+        (void)readKerasConfig(sequential.dump(), "m.keras");
+        QFAIL("a Sequential model's config was taken");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("m.keras") != std::string::npos
+                && std::string(e.what()).find("Sequential model has no encoder") != std::string::npos,
+            e.what());
+    }
 }
 
 void TestKeras::badTokenizers()

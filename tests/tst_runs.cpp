@@ -7,6 +7,7 @@
 #include "chatbench/names.h"
 #include "chatbench/runs.h"
 #include "chatbench/tokenizer.h"
+#include "picklewalk.h"
 #include "runstate.h"
 #include "testutil.h"
 
@@ -51,6 +52,8 @@ private Q_SLOTS:
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
     void corpusStatsByHand();
+    void checkpointPickleWalk_data();
+    void checkpointPickleWalk();
 };
 
 namespace {
@@ -879,6 +882,59 @@ void TestRuns::corpusStatsByHand()
     QCOMPARE(json["warnings"][0]["kind"].get<std::string>(), std::string("record"));
     QCOMPARE(json["skipped_records"].get<int>(), 1);
     QCOMPARE(json["pairing"].get<std::string>(), std::string("consecutive"));
+}
+
+// A checkpoint's pickle as LibTorch's pickler writes one storage: PROTO 2, MARK, 'storage', the
+// GLOBAL torch.<type>, the key, the device, the count as LONG1 (8 bytes), TUPLE, BINPERSID, STOP;
+// `middle` goes between the device and the count.
+static QByteArray storagePickle(const char* type, int64_t count, const QByteArray& middle = {})
+{
+    auto unicode = [](const QByteArray& s) {
+        QByteArray b("X");
+        for (int k = 0; k < 4; ++k)
+            b.append(char((s.size() >> (8 * k)) & 0xff));
+        return b + s;
+    };
+    QByteArray p("\x80\x02(", 3);
+    p += unicode("storage") + "ctorch\n" + type + "\n" + unicode("0") + unicode("cpu") + middle + "\x8a\x08";
+    for (int k = 0; k < 8; ++k)
+        p.append(char((uint64_t(count) >> (8 * k)) & 0xff));
+    return p + "tQ.";
+}
+
+void TestRuns::checkpointPickleWalk_data()
+{
+    QTest::addColumn<QByteArray>("pickle");
+    QTest::addColumn<QString>("refusal"); // empty: passes
+    // The record "0" holds 64 bytes.
+    QTest::newRow("16 floats fit") << storagePickle("FloatStorage", 16) << "";
+    QTest::newRow("8 doubles fit") << storagePickle("DoubleStorage", 8) << "";
+    QTest::newRow("17 floats do not")
+        << storagePickle("FloatStorage", 17) << "storage '0' of 17 elements (68 bytes) at byte 60, whose record holds 64 bytes";
+    QTest::newRow("2^63 - 1 floats") << storagePickle("FloatStorage", INT64_MAX)
+                                     << "storage '0' of 9223372036854775807 elements (over 2^56 bytes) at byte 60";
+    QTest::newRow("2^62 longs: 2^65 bytes, which wraps to 0 in 64 bits")
+        << storagePickle("LongStorage", int64_t(1) << 62) << "of 4611686018427387904 elements (over 2^56 bytes)";
+    QTest::newRow("a negative count") << storagePickle("FloatStorage", -1) << "storage '0' with -1 elements";
+    QTest::newRow("a memo index ahead of the entries")
+        << storagePickle("FloatStorage", 16, QByteArray("N\x72\x05\x00\x00\x00", 6)) << "memo index 5 at byte 50 (0 entries so far)";
+    QTest::newRow("a string longer than the pickle")
+        << QByteArray("\x80\x02X\xff\xff\xff\x7f" "abc.", 11) << "a string of 2147483647 bytes at byte 2 with 4 left";
+    QTest::newRow("not a pickle") << QByteArray("PK\x03\x04") << "";
+}
+
+void TestRuns::checkpointPickleWalk()
+{
+    QFETCH(QByteArray, pickle);
+    QFETCH(QString, refusal);
+    const std::string why = malformedPickle(reinterpret_cast<const uint8_t*>(pickle.constData()),
+        static_cast<size_t>(pickle.size()), [](const std::string& key) -> std::optional<size_t> {
+            return key == "0" ? std::optional<size_t>(64) : std::nullopt;
+        });
+    if (refusal.isEmpty())
+        QVERIFY2(why.empty(), why.c_str());
+    else
+        QVERIFY2(QString::fromStdString(why).contains(refusal), why.c_str());
 }
 
 QTEST_GUILESS_MAIN(TestRuns)

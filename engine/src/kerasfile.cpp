@@ -562,10 +562,18 @@ void checkEmbedding(const std::string& file, const Layer& l)
         unsupported(file, l, "is where an Embedding was expected");
 }
 
+// Where the weights are: the HDF5 file and where each layer's arrays are in it.
+struct WeightSource {
+    const H5::H5File& f;
+    const WeightIndex& index;
+};
+
 // The expected shapes of a layer's weights, in the order Keras stores them.
-std::vector<KerasTensor> readWeights(const H5::H5File& f, const std::string& file, const WeightIndex& index,
-    const Layer& l, const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected)
+std::vector<KerasTensor> readWeights(const WeightSource& w, const std::string& file, const Layer& l,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected)
 {
+    const H5::H5File& f = w.f;
+    const WeightIndex& index = w.index;
     auto it = index.find(l.name);
     if (it == index.end())
         throw Error(file, 0, "no weights for layer '" + l.name + "' in the file");
@@ -580,15 +588,14 @@ std::vector<KerasTensor> readWeights(const H5::H5File& f, const std::string& fil
     return out;
 }
 
-KerasLstm readLstm(const H5::H5File& f, const std::string& file, const WeightIndex& index, const Layer& l,
-    int64_t input, int64_t units)
+KerasLstm readLstm(const WeightSource& weights, const std::string& file, const Layer& l, int64_t input, int64_t units)
 {
     const bool bias = l.config.value("use_bias", true);
     std::vector<std::pair<std::string, std::vector<int64_t>>> expected
         = { { "kernel", { input, 4 * units } }, { "recurrent_kernel", { units, 4 * units } } };
     if (bias)
         expected.push_back({ "bias", { 4 * units } });
-    auto w = readWeights(f, file, index, l, expected);
+    auto w = readWeights(weights, file, l, expected);
     KerasLstm out;
     out.name = l.name;
     out.kernel = std::move(w[0]);
@@ -600,7 +607,9 @@ KerasLstm readLstm(const H5::H5File& f, const std::string& file, const WeightInd
     return out;
 }
 
-KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightIndex& index, const std::string& file)
+// The model `config` describes, its weights read from `weights` (none read when null: the tensors
+// stay empty).
+KerasSeq2Seq readModel(const json& config, const std::string& file, const WeightSource* weights)
 {
     KerasSeq2Seq m;
     m.file = file;
@@ -731,28 +740,30 @@ KerasSeq2Seq readModel(const json& config, const H5::H5File& f, const WeightInde
                         "chatbench encodes the real words only (as Keras does for an unpadded prompt)");
     m.sourceLength = declaredLength(g.mainInput(encEmb, notes));
     m.targetLength = declaredLength(g.mainInput(decEmb, notes));
-
-    // The weights, every shape checked against the sizes above.
-    m.encoderEmbedding = std::move(readWeights(f, file, index, encEmb, { { "embeddings", { V, E } } })[0]);
-    m.decoderEmbedding = m.sharedEmbedding
-        ? m.encoderEmbedding
-        : std::move(readWeights(f, file, index, decEmb, { { "embeddings", { V, E } } })[0]);
-    for (size_t i = 0; i < enc.size(); ++i) {
-        m.encoder.push_back(readLstm(f, file, index, *enc[i], i == 0 ? E : H, H));
-        m.decoder.push_back(readLstm(f, file, index, *dec[i], i == 0 ? E : H, H));
-    }
-    const bool bias = dense.config.value("use_bias", true);
-    std::vector<std::pair<std::string, std::vector<int64_t>>> denseShapes = { { "kernel", { H, V } } };
-    if (bias)
-        denseShapes.push_back({ "bias", { V } });
-    auto dw = readWeights(f, file, index, out, denseShapes);
-    m.denseKernel = std::move(dw[0]);
-    m.denseBias = bias ? std::move(dw[1]) : KerasTensor { { V }, std::vector<float>(static_cast<size_t>(V), 0.0f) };
     notes.insert(notes.begin(),
         std::to_string(m.layers) + " LSTM layer(s) of " + std::to_string(H) + " units over a " + std::to_string(E)
             + "-wide embedding of " + std::to_string(V) + " ids" + (m.sharedEmbedding ? " (shared)" : "")
             + "; decoder '" + dec.front()->name + "' starts from encoder '" + enc.front()->name + "' states; output '"
             + out.name + "'");
+    if (!weights)
+        return m;
+
+    // The weights, every shape checked against the sizes above.
+    m.encoderEmbedding = std::move(readWeights(*weights, file, encEmb, { { "embeddings", { V, E } } })[0]);
+    m.decoderEmbedding = m.sharedEmbedding
+        ? m.encoderEmbedding
+        : std::move(readWeights(*weights, file, decEmb, { { "embeddings", { V, E } } })[0]);
+    for (size_t i = 0; i < enc.size(); ++i) {
+        m.encoder.push_back(readLstm(*weights, file, *enc[i], i == 0 ? E : H, H));
+        m.decoder.push_back(readLstm(*weights, file, *dec[i], i == 0 ? E : H, H));
+    }
+    const bool bias = dense.config.value("use_bias", true);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> denseShapes = { { "kernel", { H, V } } };
+    if (bias)
+        denseShapes.push_back({ "bias", { V } });
+    auto dw = readWeights(*weights, file, out, denseShapes);
+    m.denseKernel = std::move(dw[0]);
+    m.denseBias = bias ? std::move(dw[1]) : KerasTensor { { V }, std::vector<float>(static_cast<size_t>(V), 0.0f) };
     return m;
 }
 
@@ -823,7 +834,9 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
                 throw Error(path, 0, "model.weights.h5 in the archive is not an HDF5 file");
             const H5::H5File f(weights.path(), H5F_ACC_RDONLY);
             weights.remove(); // open: the name is no longer needed, and a kill now leaves nothing behind
-            return readModel(config, f, indexKeras3(f), path);
+            const WeightIndex index = indexKeras3(f);
+            const WeightSource source { f, index };
+            return readModel(config, path, &source);
         }
         case Container::Hdf5: {
             const H5::H5File f(path, H5F_ACC_RDONLY);
@@ -834,7 +847,9 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
             if (!pathExists(f, "model_weights"))
                 throw Error(path, 0, "an HDF5 model file without model_weights");
             const json config = parseJson(readStringAttribute(f, "model_config"), path, "the model_config attribute");
-            return readModel(config, f, indexLegacy(f), path);
+            const WeightIndex index = indexLegacy(f);
+            const WeightSource source { f, index };
+            return readModel(config, path, &source);
         }
         case Container::Other: break;
         }
@@ -844,6 +859,15 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
         throw Error(path, 0, "the model config: " + jsonMessage(e));
     }
     throw Error(path, 0, "neither a Keras 3 .keras archive (zip) nor a legacy .h5 (HDF5) model file");
+}
+
+KerasSeq2Seq readKerasConfig(const std::string& configJson, const std::string& file)
+{
+    try {
+        return readModel(parseJson(configJson, file, "the model config"), file, nullptr);
+    } catch (const json::exception& e) { // a config field of an unexpected type
+        throw Error(file, 0, "the model config: " + jsonMessage(e));
+    }
 }
 
 KerasTokenizer readKerasTokenizer(const std::string& path)

@@ -56,6 +56,10 @@ struct KerasSeq2Seq {
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits = {});
 // The same in this process (what the child runs; the fuzz harness calls it directly).
 KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path);
+// The model config alone (a .keras file's config.json, an .h5 file's model_config attribute): the
+// structure, sizes and notes readKerasSeq2Seq gives, with no weights read (the tensors stay empty).
+// Errors name `file`. The fuzz harness reaches the config walk through it without HDF5.
+KerasSeq2Seq readKerasConfig(const std::string& configJson, const std::string& file);
 // `path` names a regular file (the checks readKerasSeq2Seq starts with), or an Error.
 void requireModelFile(const std::string& path);
 
