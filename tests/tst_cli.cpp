@@ -319,7 +319,7 @@ void TestCli::badArguments()
     // NaN and out-of-range numbers are refused, not silently replaced.
     for (const QStringList& bad :
         { QStringList { "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--temperature", "nan" },
-            QStringList { "chat", "--run", m_run, "--once", "hi", "--seed", "-1" },
+            QStringList { "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--seed", "-1" },
             QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--lr", "nan" },
             QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--dropout", "inf" },
             QStringList { "train", "--corpus", m_corpus, "--run", m_dir.filePath("nan"), "--seed", "-1" } }) {
@@ -342,10 +342,51 @@ void TestCli::badArguments()
     const Run typo = cli({ "trian" });
     QCOMPARE(typo.code, 109);
     QVERIFY2(typo.err.contains("unknown command 'trian'") && typo.err.contains("train"), qPrintable(typo.err));
-    QVERIFY(cli({ "chat", "--run", m_run, "--once", "hi", "--seed", "18446744073709551616" }).code != 0);
+    QVERIFY(cli({ "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--seed", "18446744073709551616" }).code
+        != 0);
+    // An option the chosen method does not read is refused, not ignored (--temperature 5 gave
+    // the greedy reply).
+    for (const auto& [args, why] : std::vector<std::pair<QStringList, QString>> {
+             { { "--temperature", "5" }, "--temperature applies to --method sample, not --method greedy" },
+             { { "--seed", "3" }, "--seed applies to --method sample" },
+             { { "--method", "beam", "--top-k", "3" }, "--top-k applies to --method sample, not --method beam" },
+             { { "--method", "sample", "--beam", "4" }, "--beam applies to --method beam, not --method sample" },
+             { { "--metric", "l2" }, "--metric applies to --explain" },
+             { { "--neighbours", "3" }, "--neighbours applies to --explain" } }) {
+        const Run r = cli(QStringList { "chat", "--run", m_run, "--once", "hi" } + args);
+        QCOMPARE(r.code, 1);
+        QVERIFY2(r.err.contains(why), qPrintable(r.err));
+    }
+    QCOMPARE(cli({ "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--temperature", "0.5", "--seed", "3",
+                   "--top-k", "2" })
+                 .code,
+        0);
     const Run emptyRun = cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", "" });
     QCOMPARE(emptyRun.code, 1);
     QVERIFY2(emptyRun.err.contains("no run folder given"), qPrintable(emptyRun.err));
+    // Found by an outside pass. A decimal option took hex ("--clip 0x10" was 16) where whole
+    // numbers are decimal only.
+    for (const char* hex : { "0x10", "0x1p-3" }) {
+        const Run r = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("hex"), "--clip", hex });
+        QVERIFY(r.code != 0);
+        QVERIFY2(r.err.contains("is not a decimal number"), qPrintable(r.err));
+    }
+    // /dev/stdout into a pipe (this test's) was "…/proc/self/fd/pipe:[N]: cannot write file".
+    const Run toPipe = cli({ "corpus", "export", m_corpus, "--out", "/dev/stdout" });
+    QCOMPARE(toPipe.code, 1);
+    QVERIFY2(toPipe.err.contains("/dev/stdout: is not a regular file (a pipe, device or socket, through its link)"),
+        qPrintable(toPipe.err));
+    // A run folder named by a link to nowhere was "cannot create run folder: File exists".
+    const QString dangling = m_dir.filePath("dangling");
+    QCOMPARE(::symlink("nowhere/x", dangling.toLocal8Bit().constData()), 0);
+    const Run link = cli({ "train", "--corpus", m_corpus, "--run", dangling });
+    QCOMPARE(link.code, 1);
+    QVERIFY2(link.err.contains("is a link to nowhere/x, which does not exist"), qPrintable(link.err));
+    // Early stopping with no validation pairs to watch said nothing and did nothing.
+    const Run noVal = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("noval"), "--preset", "quick",
+        "--epochs", "1", "--embed", "8", "--hidden", "8", "--val-fraction", "0", "--patience", "1" });
+    QVERIFY2(noVal.code == 0, qPrintable(noVal.err));
+    QVERIFY2(noVal.out.contains("patience 1 is off") && noVal.out.contains("no validation pairs"), qPrintable(noVal.out));
     // No GPU here: asking for one falls back with a note, never a crash.
     const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);

@@ -7,6 +7,7 @@
 
 #include <QFileInfo>
 
+#include <algorithm>
 #include <optional>
 #include <sys/stat.h>
 
@@ -57,6 +58,7 @@ private Q_SLOTS:
     void printableEscapesControls();
     void cornellFolder();
     void cornellMissingLine();
+    void cornellDroppedTurnsAreSaid();
     void latin1Option();
     void cornellInUtf8IsReadAsUtf8();
     void longLineLimitIsAnOption();
@@ -336,7 +338,39 @@ void TestCorpus::yamlFolder()
     QCOMPARE(c.pairs.size(), size_t(3));
     QCOMPARE(c.pairs[0].prompt, std::string("one")); // files in sorted order
     QCOMPARE(c.files.size(), size_t(3));
-    QCOMPARE(c.warnings.size(), size_t(1)); // the empty file
+    // The empty file, and the file of another name, which a folder does not read (it was left
+    // out without a word, as a .tsv or .jsonl beside the YAML files was).
+    QCOMPARE(c.warnings.size(), size_t(2));
+    QCOMPARE(c.warnings[0].kind, CorpusWarning::Kind::Note);
+    QVERIFY2(c.warnings[0].message.find("1 file(s) not read") != std::string::npos
+            && c.warnings[0].message.find("notes.md") != std::string::npos,
+        c.warnings[0].message.c_str());
+    QVERIFY(c.warnings[1].message.find("empty file skipped") != std::string::npos);
+
+    // A pipe named .yml (it would block a reader) is skipped with a warning, an error when strict,
+    // and named when it is all the folder holds ("holds no .yml files" said nothing of it).
+    const QString fifo = dir.filePath("c/pipe.yml");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    const Corpus withPipe = loadCorpus(dir.filePath("c").toStdString());
+    QCOMPARE(withPipe.pairs.size(), size_t(3));
+    QCOMPARE(withPipe.skippedFiles(), int64_t(1));
+    LoadOptions strict;
+    strict.strict = true;
+    for (const QString& folder : { dir.filePath("c"), dir.filePath("only-pipe") }) {
+        if (folder.endsWith("only-pipe")) {
+            QVERIFY(QDir().mkpath(folder));
+            QCOMPARE(::mkfifo((folder + "/a.yml").toLocal8Bit().constData(), 0600), 0);
+        }
+        try {
+            (void)loadCorpus(folder.toStdString(), strict);
+            QFAIL("a pipe named .yml was read or passed over");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("pipe.yml") != std::string::npos
+                    || std::string(e.what()).find("a.yml") != std::string::npos,
+                e.what());
+            QVERIFY2(std::string(e.what()).find("not a regular file") != std::string::npos, e.what());
+        }
+    }
 }
 
 void TestCorpus::yamlFolderSkipsUnreadableFiles()
@@ -606,6 +640,35 @@ void TestCorpus::cornellDuplicateLineId()
     QCOMPARE(c.warnings[0].file, lines);
     QCOMPARE(c.warnings[0].line, 3L);
     QVERIFY(QString::fromStdString(c.warnings[0].message).contains("appears twice (first on line 1)"));
+}
+
+void TestCorpus::cornellDroppedTurnsAreSaid()
+{
+    // A conversation listing no lines, and a line without text, went without a word (a TSV
+    // record with an empty side is a warning).
+    QTemporaryDir dir;
+    testutil::writeFile(dir, "cornell/movie_lines.txt",
+        "L1 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ Hi\n"
+        "L2 +++$+++ u2 +++$+++ m0 +++$+++ B +++$+++ Hello\n"
+        "L3 +++$+++ u0 +++$+++ m0 +++$+++ A +++$+++ \n");
+    const std::string conv = testutil::writeFile(dir, "cornell/movie_conversations.txt",
+        "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L1', 'L2']\n"
+        "u0 +++$+++ u1 +++$+++ m0 +++$+++ []\n"
+        "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L2', 'L3', 'L1']\n");
+    const Corpus c = loadCorpus(dir.filePath("cornell").toStdString());
+    QCOMPARE(c.pairs.size(), size_t(2)); // Hi → Hello; Hello → Hi with L3 left out
+    QCOMPARE(c.pairs[1].response, std::string("Hi"));
+    QCOMPARE(c.skippedRecords(), int64_t(1));
+    const auto empty = std::find_if(c.warnings.begin(), c.warnings.end(),
+        [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::Record; });
+    QCOMPARE(empty->file, conv);
+    QCOMPARE(empty->line, 2L);
+    QVERIFY2(empty->message.find("lists no line ids") != std::string::npos, empty->message.c_str());
+    const auto note = std::find_if(c.warnings.begin(), c.warnings.end(),
+        [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::Note; });
+    QVERIFY(note != c.warnings.end());
+    QCOMPARE(note->line, 3L);
+    QVERIFY2(note->message.find("'L3' has no text (movie_lines.txt:3)") != std::string::npos, note->message.c_str());
 }
 
 void TestCorpus::latin1Option()

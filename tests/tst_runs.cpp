@@ -7,6 +7,8 @@
 #include "chatbench/names.h"
 #include "chatbench/runs.h"
 #include "chatbench/tokenizer.h"
+#include "atomicfile.h"
+#include "chatbench/outputfile.h"
 #include "picklewalk.h"
 #include "runstate.h"
 #include "testutil.h"
@@ -14,6 +16,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QRegularExpression>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <filesystem>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
 
 using namespace chatbench;
@@ -52,6 +56,8 @@ private Q_SLOTS:
     void newRunDirIsFresh();
     void runCorpusErrorsNameTheConfig();
     void corpusStatsByHand();
+    void vocabularyAgreesWithConfig();
+    void outputTempFilesDoNotOutliveTheirWriter();
     void checkpointPickleWalk_data();
     void checkpointPickleWalk();
 };
@@ -287,6 +293,15 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
         << "\"seed\": \\d+"
         << "\"seed\": -1"
         << "'train.seed' must be a whole number of 0 or more that fits, not -1" << true;
+    QTest::newRow("config key misspelt") << "config.json"
+                                         << "\"patience\": \\d+"
+                                         << "\"patience\": 3, \"patiance\": 1"
+                                         << "unknown key 'train.patiance' (a misspelt setting?); 'train' takes optimizer"
+                                         << true;
+    QTest::newRow("config section unknown") << "config.json"
+                                            << "\"device\": \\{"
+                                            << "\"Device\": { \"threads\": 1 }, \"device\": {"
+                                            << "unknown key 'Device'" << true;
     QTest::newRow("config section null") << "config.json"
                                          << "\"device\": \\{"
                                          << "\"device\": null, \"x\": {"
@@ -882,6 +897,63 @@ void TestRuns::corpusStatsByHand()
     QCOMPARE(json["warnings"][0]["kind"].get<std::string>(), std::string("record"));
     QCOMPARE(json["skipped_records"].get<int>(), 1);
     QCOMPARE(json["pairing"].get<std::string>(), std::string("consecutive"));
+}
+
+void TestRuns::vocabularyAgreesWithConfig()
+{
+    // vocab.json's drop_unknown edited against config.json: chat left unknown words out and a
+    // resume trained on other ids, without a word.
+    TrainConfig cfg;
+    TokenizerOptions opt = cfg.tokenizer;
+    const Tokenizer same = Tokenizer::build({ { "hello there", "hi you", "", 1 } }, opt);
+    cfg.model.vocabSize = same.size();
+    checkRunTokenizer("run", same, cfg, true);
+    opt.dropUnknown = !cfg.tokenizer.dropUnknown;
+    const Tokenizer edited = Tokenizer::build({ { "hello there", "hi you", "", 1 } }, opt);
+    try {
+        checkRunTokenizer("run", edited, cfg, true);
+        QFAIL("a vocabulary that drops unknown words against config.json was taken");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("vocab.json") != std::string::npos
+                && std::string(e.what()).find("drop_unknown = true but config.json says tokenizer.drop_unknown = false")
+                    != std::string::npos,
+            e.what());
+    }
+}
+
+void TestRuns::outputTempFilesDoNotOutliveTheirWriter()
+{
+    // A corpus export killed while writing left ".out.tsv.tmp-N" beside its output for good.
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("out.tsv").toStdString();
+    // A dead writer's file (a process that has ended), a live one's (this process), and one of
+    // another output.
+    const pid_t ended = ::fork();
+    if (ended == 0)
+        ::_exit(0);
+    QVERIFY(ended > 0 && ::waitpid(ended, nullptr, 0) == ended);
+    const QString dead = dir.filePath(QString(".out.tsv.tmp-%1-7").arg(ended));
+    const QString live = dir.filePath(QString(".out.tsv.tmp-%1-8").arg(QCoreApplication::applicationPid()));
+    const QString other = dir.filePath(QString(".other.tsv.tmp-%1-9").arg(ended));
+    for (const QString& f : { dead, live, other })
+        testutil::writeFile(dir, QFileInfo(f).fileName(), "partial");
+    writeOutputFile(out, "a\tb\n");
+    QVERIFY(!QFileInfo::exists(dead));
+    QVERIFY(QFileInfo::exists(live) && QFileInfo::exists(other));
+
+    // A signal's handler removes the file being written (the CLI calls this before it exits).
+    std::string seen;
+    writeFileAtomic(dir.filePath("run.json").toStdString(), [&](const std::string& tmp) {
+        testutil::writeFile(dir, QString::fromStdString(tmp.substr(tmp.rfind('/') + 1)), "half");
+        seen = tmp;
+        removeTempFilesInProgress();
+        QVERIFY(!QFileInfo::exists(QString::fromStdString(tmp)));
+        testutil::writeFile(dir, QString::fromStdString(tmp.substr(tmp.rfind('/') + 1)), "whole"); // as if it went on
+    });
+    QVERIFY(QFileInfo(QString::fromStdString(seen)).fileName().startsWith(".run.json.tmp-"));
+    QCOMPARE(testutil::readFile(dir.filePath("run.json")), QByteArray("whole"));
+    removeTempFilesInProgress(); // nothing in progress: the written file stays
+    QVERIFY(QFileInfo::exists(dir.filePath("run.json")));
 }
 
 // A checkpoint's pickle as LibTorch's pickler writes one storage: PROTO 2, MARK, 'storage', the

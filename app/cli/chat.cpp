@@ -185,6 +185,21 @@ LineRead readLine(std::istream& in, std::string& line, size_t max)
     return line.empty() ? LineRead::End : LineRead::Line;
 }
 
+// An option the chosen method or mode does not read is an error rather than a silent default
+// ("--temperature 5" with greedy decoding would give greedy replies).
+void requireTheyApply(const CLI::App& cmd, const ChatArgs& a)
+{
+    const std::string method = "--method " + a.method;
+    for (const char* option : { "--temperature", "--top-k", "--seed" })
+        if (cmd.count(option) > 0 && a.method != "sample")
+            throw Error(std::string(option) + " applies to --method sample, not " + method);
+    if (cmd.count("--beam") > 0 && a.method != "beam")
+        throw Error("--beam applies to --method beam, not " + method);
+    for (const char* option : { "--neighbours", "--metric" })
+        if (cmd.count(option) > 0 && !a.explaining())
+            throw Error(std::string(option) + " applies to --explain (or --force, --compare)");
+}
+
 int run(const ChatArgs& a)
 {
     const Chatbot bot
@@ -302,7 +317,10 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--weights", a->weights, "latest (the newest checkpoint) or best (the lowest validation loss)")
         ->check(CLI::IsMember({ "latest", "best" }))
         ->capture_default_str();
-    cmd->callback([a, &exitCode] { exitCode = run(*a); });
+    cmd->callback([a, cmd, &exitCode] {
+        requireTheyApply(*cmd, *a);
+        exitCode = run(*a);
+    });
 }
 
 } // namespace cli

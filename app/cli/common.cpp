@@ -28,9 +28,12 @@ std::atomic<int>& watchers()
 void onSignal(int sig)
 {
     // With nothing watching the flag (reading a corpus, waiting for a chat line) the signal ends
-    // the process at once; a second one always does.
-    if (watchers().load() == 0 || cancelFlag().exchange(true))
+    // the process at once; a second one always does. Files being written are removed first (an
+    // export's temporary file would stay beside its output otherwise).
+    if (watchers().load() == 0 || cancelFlag().exchange(true)) {
+        chatbench::removeTempFilesInProgress();
         std::_Exit(128 + sig);
+    }
 }
 
 } // namespace
@@ -70,6 +73,9 @@ CLI::Validator finiteIn(double lo, double hi)
 {
     return CLI::Validator(
         [lo, hi](std::string& text) -> std::string {
+            // Decimal digits only, as whole numbers are (strtod would also read "0x10" and "0x1p-3").
+            if (text.find_first_not_of("0123456789.eE+-") != std::string::npos)
+                return "'" + text + "' is not a decimal number";
             double v = 0;
             try {
                 size_t used = 0;

@@ -3,12 +3,14 @@
 #include "chatbench/error.h"
 #include "chatbench/outputfile.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <random>
+#include <signal.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -17,13 +19,67 @@ namespace chatbench {
 
 namespace {
 
+// ".<name>.tmp-": what the temporary files of `path` start with. Short enough for any name the
+// folder takes (255 bytes): a long name is cut in its temporary one.
+std::string tempPrefixFor(const fs::path& path)
+{
+    return "." + path.filename().string().substr(0, 200) + ".tmp-";
+}
+
+// ".<name>.tmp-<pid>-<n>": the writer's process is in the name, so that another writer can tell a
+// dead writer's file (removeDeadWritersFiles) from one being written.
 std::string tempNameFor(const std::string& path)
 {
     std::random_device rd;
     const fs::path p(path);
-    // Short enough for any name the folder takes (255 bytes): a long name is cut in its temporary one.
-    const std::string name = p.filename().string();
-    return (p.parent_path() / ("." + name.substr(0, 200) + ".tmp-" + std::to_string(rd()))).string();
+    return (p.parent_path() / (tempPrefixFor(p) + std::to_string(::getpid()) + "-" + std::to_string(rd()))).string();
+}
+
+// The temporary files of writes in progress, for a signal handler to remove
+// (removeTempFilesInProgress): a slot is free (0), being filled (1) or holds a path (2).
+struct PendingSlot {
+    std::atomic<int> state { 0 };
+    char path[4096];
+};
+PendingSlot g_pending[16];
+
+// Registers `tmp`; the slot to release, or -1 when none is free (the file is then only removed
+// by the writer, or by the next one after a kill).
+int registerPending(const std::string& tmp)
+{
+    if (tmp.size() >= sizeof(PendingSlot::path))
+        return -1;
+    for (int i = 0; i < 16; ++i) {
+        int free = 0;
+        if (g_pending[i].state.compare_exchange_strong(free, 1)) {
+            std::memcpy(g_pending[i].path, tmp.c_str(), tmp.size() + 1);
+            g_pending[i].state.store(2);
+            return i;
+        }
+    }
+    return -1;
+}
+
+// Removes the temporary files of `target` left by writers that died (a kill while writing): files
+// named by tempNameFor whose process is gone. Another live writer's file stays.
+void removeDeadWritersFiles(const fs::path& target)
+{
+    const std::string prefix = tempPrefixFor(target);
+    std::error_code ec;
+    const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind(prefix, 0) != 0)
+            continue;
+        const size_t dash = name.find('-', prefix.size());
+        const std::string pid = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
+        if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+            continue; // not one of ours, or from before names held the process
+        if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == -1 && errno == ESRCH) {
+            std::error_code e2;
+            fs::remove(it->path(), e2);
+        }
+    }
 }
 
 void syncFile(const std::string& path)
@@ -40,6 +96,13 @@ fs::path resolveOutput(const std::string& path)
 {
     fs::path p(path);
     std::error_code ec;
+    // What the links lead to, as the system sees it: /dev/stdout into a pipe leads through
+    // /proc/self/fd/1 to "pipe:[N]", a name that is no file.
+    if (const fs::file_status to = fs::status(p, ec); fs::exists(to) && !fs::is_regular_file(to) && !fs::is_directory(to))
+        throw Error(path, 0,
+            std::string("is not a regular file (a pipe, device or socket")
+                + (fs::is_symlink(fs::symlink_status(p, ec)) ? ", through its link" : "")
+                + "); outputs are written to files");
     for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
         if (hops == 40)
             throw Error(path, 0, "too many levels of symbolic links");
@@ -51,10 +114,6 @@ fs::path resolveOutput(const std::string& path)
     const fs::file_status st = fs::status(p, ec);
     if (fs::is_directory(st))
         throw Error(path, 0, "is a folder; give a file name");
-    if (fs::exists(st) && !fs::is_regular_file(st))
-        throw Error(path, 0,
-            std::string("is not a regular file (a pipe, device or socket")
-                + (p.string() != path ? ", through its link" : "") + "); outputs are written to files");
     const fs::path folder = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (!fs::is_directory(folder, ec))
         throw Error(path, 0, "its folder " + printable(folder.string()) + " does not exist");
@@ -73,6 +132,7 @@ void writeOutputFile(const std::string& path, const std::string& contents)
     if (path.empty())
         throw Error("no output file given (the path is empty)");
     const fs::path target = resolveOutput(path);
+    removeDeadWritersFiles(target);
     try {
         writeFileAtomic(target.string(), contents);
     } catch (const Error& e) {
@@ -85,6 +145,15 @@ void writeOutputFile(const std::string& path, const std::string& contents)
 void writeFileAtomic(const std::string& path, const std::function<void(const std::string&)>& write)
 {
     const std::string tmp = tempNameFor(path);
+    const int slot = registerPending(tmp);
+    struct Release {
+        int slot;
+        ~Release()
+        {
+            if (slot >= 0)
+                g_pending[slot].state.store(0);
+        }
+    } release { slot };
     try {
         write(tmp);
         syncFile(tmp);
@@ -97,6 +166,13 @@ void writeFileAtomic(const std::string& path, const std::function<void(const std
         fs::remove(tmp, ec);
         throw;
     }
+}
+
+void removeTempFilesInProgress() noexcept
+{
+    for (PendingSlot& slot : g_pending)
+        if (slot.state.load() == 2)
+            ::unlink(slot.path);
 }
 
 void writeFileAtomic(const std::string& path, const std::string& contents)

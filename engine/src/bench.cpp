@@ -412,10 +412,29 @@ struct Bench {
     }
 };
 
+// Each list with its repeats left out, in the order given: "--batch 4,4" measures batch 4 once.
+BenchConfig withoutRepeats(BenchConfig cfg)
+{
+    auto once = [](auto& list) {
+        auto out = list;
+        out.clear();
+        for (const auto& v : list)
+            if (std::find(out.begin(), out.end(), v) == out.end())
+                out.push_back(v);
+        list = std::move(out);
+    };
+    once(cfg.batchSizes);
+    once(cfg.threads);
+    once(cfg.devices);
+    once(cfg.precisions);
+    return cfg;
+}
+
 } // namespace
 
-BenchReport runBench(const BenchConfig& cfg, const Corpus& corpus, const BenchCallbacks& cb)
+BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const BenchCallbacks& cb)
 {
+    const BenchConfig cfg = withoutRepeats(given);
     if (corpus.pairs.empty())
         throw Error("the corpus has no pairs to benchmark on");
     if (cfg.repeats < 1 || cfg.warmup < 0 || cfg.replyLength < 1)

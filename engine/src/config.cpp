@@ -175,6 +175,36 @@ LoadOptions corpusLoadOptions(const TrainConfig& c)
     return o;
 }
 
+namespace {
+
+// A key config.json does not have, such as a misspelt setting that would otherwise be ignored
+// ("train.patiance"): a FieldError naming it and the keys its object has. The keys are those
+// toJson writes, in their sections.
+void refuseUnknownKeys(const nlohmann::json& j)
+{
+    static const nlohmann::ordered_json known = nlohmann::ordered_json::parse(toJson(TrainConfig {}));
+    auto refuse = [](const std::string& path, const nlohmann::ordered_json& keys) {
+        std::vector<std::string> names;
+        for (const auto& [k, v] : keys.items())
+            names.push_back(k);
+        const size_t dot = path.find('.');
+        throw FieldError("unknown key '" + printable(path) + "' (a misspelt setting?); "
+                + (dot == std::string::npos ? std::string("the file") : "'" + path.substr(0, dot) + "'") + " takes "
+                + joinNames(names),
+            path);
+    };
+    for (const auto& [key, value] : j.items()) {
+        if (!known.contains(key))
+            refuse(key, known);
+        if (value.is_object() && known[key].is_object())
+            for (const auto& [inner, v] : value.items())
+                if (!known[key].contains(inner))
+                    refuse(key + "." + inner, known[key]);
+    }
+}
+
+} // namespace
+
 TrainConfig trainConfigFromJson(const std::string& text, const std::string& file)
 {
     const nlohmann::json j = parseDocument(text, file, "chatbench-config", "not a chatbench config.json");
@@ -240,6 +270,7 @@ TrainConfig trainConfigFromJson(const std::string& text, const std::string& file
             c.pairing = *pairing;
             c.strictCorpus = field<bool>(cj, "strict", false);
         }
+        refuseUnknownKeys(j); // after the known ones: a value of the wrong type is the likelier slip
     } catch (const FieldError& e) {
         throw fieldError(file, text, "bad config: ", e);
     } catch (const nlohmann::json::exception& e) {

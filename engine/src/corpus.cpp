@@ -37,6 +37,8 @@ std::string lower(std::string s)
     return s;
 }
 
+const std::string kNotRegular = "not a regular file (a pipe, device or socket); only files and folders are read";
+
 bool isYamlName(const fs::path& p)
 {
     const auto ext = lower(p.extension().string());
@@ -49,6 +51,8 @@ struct FolderScan {
     std::vector<fs::path> yamlFiles;
     std::vector<std::pair<fs::path, std::string>> unreadable; // a folder that could not be listed, and why
     std::vector<fs::path> brokenLinks; // .yml names whose link leads nowhere
+    std::vector<fs::path> special; // .yml names that are a pipe, device or socket (or link to one)
+    std::vector<fs::path> others; // files of other names, which a folder corpus does not read
 };
 
 FolderScan scanYamlFolder(const fs::path& root)
@@ -73,6 +77,10 @@ FolderScan scanYamlFolder(const fs::path& root)
                     scan.yamlFiles.push_back(path);
                 else if (it->is_symlink(e2) && !fs::exists(path, e2))
                     scan.brokenLinks.push_back(path);
+                else
+                    scan.special.push_back(path);
+            } else if (it->is_regular_file(e2) && path.filename().string().rfind('.', 0) != 0) {
+                scan.others.push_back(path); // hidden files (.DS_Store, editors' backups) go unmentioned
             }
         }
         if (ec)
@@ -81,6 +89,8 @@ FolderScan scanYamlFolder(const fs::path& root)
     std::sort(scan.yamlFiles.begin(), scan.yamlFiles.end());
     std::sort(scan.unreadable.begin(), scan.unreadable.end());
     std::sort(scan.brokenLinks.begin(), scan.brokenLinks.end());
+    std::sort(scan.special.begin(), scan.special.end());
+    std::sort(scan.others.begin(), scan.others.end());
     return scan;
 }
 
@@ -524,6 +534,10 @@ void loadCornell(Loader& L, const fs::path& dir)
                         auto it = lines.find(cur);
                         if (it == lines.end())
                             throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
+                        if (it->second.first.empty())
+                            L.note(convFile, n,
+                                "line id '" + cur + "' has no text (movie_lines.txt:" + std::to_string(it->second.second)
+                                    + "): its turn is left out");
                         turns.emplace_back(it->second.first, n);
                         cur.clear();
                     }
@@ -532,6 +546,8 @@ void loadCornell(Loader& L, const fs::path& dir)
                     cur.push_back(ch);
                 }
             }
+            if (turns.empty())
+                throw Error(convFile, n, "the conversation lists no line ids");
             L.addTurns(std::move(turns), convFile);
         });
     }
@@ -586,7 +602,7 @@ CorpusFormat detectFormat(const std::string& path)
     if (!fs::exists(p, ec))
         throw Error(path, 0, "no such file or folder");
     if (!fs::is_directory(p, ec) && !fs::is_regular_file(p, ec))
-        throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
+        throw Error(path, 0, kNotRegular);
     if (fs::is_directory(p, ec)) {
         if (fs::exists(p / "movie_lines.txt", ec) && fs::exists(p / "movie_conversations.txt", ec))
             return CorpusFormat::Cornell;
@@ -594,6 +610,8 @@ CorpusFormat detectFormat(const std::string& path)
         const FolderScan scan = scanYamlFolder(p);
         if (!scan.yamlFiles.empty())
             return CorpusFormat::ChatterbotYaml;
+        if (!scan.special.empty())
+            throw Error(scan.special.front().string(), 0, kNotRegular);
         throw Error(path, 0,
             "folder holds no .yml/.yaml files and no Cornell movie_lines.txt + movie_conversations.txt"
                 + (scan.unreadable.empty() ? std::string()
@@ -697,6 +715,21 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
         }
         for (const auto& link : scan.brokenLinks)
             L.note(link.string(), 0, "broken link skipped");
+        // A pipe or device named .yml would block or never end: skipped as an unreadable file is.
+        for (const auto& f : scan.special) {
+            if (options.strict)
+                throw Error(f.string(), 0, kNotRegular);
+            corpus.warnings.push_back({ f.string(), 0, kNotRegular + " (file skipped)", CorpusWarning::Kind::File });
+        }
+        if (!scan.others.empty()) {
+            const auto& o = scan.others;
+            L.note(path, 0,
+                std::to_string(o.size()) + " file(s) not read, since a folder is read as chatterbot YAML (.yml, .yaml): "
+                    + printable(o[0].filename().string())
+                    + (o.size() > 1 ? (o.size() == 2 ? " and " : ", ") + printable(o[1].filename().string()) : "")
+                    + (o.size() > 2 ? " and " + std::to_string(o.size() - 2) + " more" : "")
+                    + "; a file of another format is read when named on its own");
+        }
         std::vector<fs::path> files = std::move(scan.yamlFiles);
         // A file reached twice (a link beside its target) is read once.
         std::vector<fs::path> unique;

@@ -226,9 +226,7 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     const bool created = !fs::exists(runDir, ec);
     if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
-    fs::create_directories(runDir, ec);
-    if (ec)
-        throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
+    createRunFolder(runDir);
     const RunLock lock(runDir); // before the guard: a folder another writer holds is never cleaned
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");

@@ -409,6 +409,24 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
         throw Error(vocabPath(runDir), 0,
             "tokenizes as '" + tokenizerModeName(tok.options().mode) + "' but config.json says '"
                 + tokenizerModeName(cfg.tokenizer.mode) + "'");
+    if (tok.options().dropUnknown != cfg.tokenizer.dropUnknown)
+        throw Error(vocabPath(runDir), 0,
+            std::string("says drop_unknown = ") + (tok.options().dropUnknown ? "true" : "false")
+                + " but config.json says tokenizer.drop_unknown = " + (cfg.tokenizer.dropUnknown ? "true" : "false")
+                + ": unknown words would be " + (tok.options().dropUnknown ? "left out" : "kept as <unk>")
+                + " unlike in training; put back the value the run was trained with");
+}
+
+void createRunFolder(const std::string& runDir)
+{
+    std::error_code ec;
+    if (!fs::exists(runDir, ec) && fs::is_symlink(fs::symlink_status(runDir, ec)))
+        throw Error(runDir, 0,
+            "is a link to " + printable(fs::read_symlink(runDir, ec).string())
+                + ", which does not exist: make that folder, or give another run folder");
+    fs::create_directories(runDir, ec);
+    if (ec)
+        throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
 }
 
 void requireNewRunFolder(const std::string& runDir)

@@ -74,6 +74,9 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
 // anything but a run killed before its first checkpoint (recognised by its own config.json; its
 // files are replaced). Another program's files are never overwritten.
 void requireNewRunFolder(const std::string& runDir);
+// Makes the run folder (and those above it); an Error naming it when it cannot be made, or when it
+// is a link to a folder that does not exist.
+void createRunFolder(const std::string& runDir);
 
 // Throws Error naming the first of the files a run writes (state.json, metrics.csv, steps.csv,
 // checkpoints and their states, the best weights) that is there but not a regular file (a

@@ -198,6 +198,11 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
                 + " pair(s) skipped: prompt or response has no words after tokenizing");
     if (s.train.empty())
         throw Error("no training pairs left after tokenizing the corpus");
+    if (s.validation.empty() && s.cfg.patience > 0)
+        log(cb,
+            "patience " + std::to_string(s.cfg.patience)
+                + " is off: early stopping watches the validation loss, and this run has no validation pairs "
+                  "(a validation fraction above 0 on a corpus of more pairs gives some)");
     s.cfg.model.vocabSize = s.tok.size();
 
     s.step = makeStepper(s.cfg, parseDevice(r.device), r.precision);
@@ -406,9 +411,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
     const bool created = !fs::exists(runDir, ec);
-    fs::create_directories(runDir, ec);
-    if (ec)
-        throw Error(runDir, 0, "cannot create run folder: " + ec.message());
+    createRunFolder(runDir);
     const RunLock lock(runDir); // one writer; a second train on this folder stops here
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
