@@ -5,6 +5,7 @@
 #include "corpusview.h"
 #include "mainwindow.h"
 #include "screenshottour.h"
+#include "startcheck.h"
 
 #include <QApplication>
 #include <QCommandLineParser>

@@ -358,7 +358,7 @@ void TestCli::badArguments()
         QVERIFY2(r.err.contains(why), qPrintable(r.err));
     }
     QCOMPARE(cli({ "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--temperature", "0.5", "--seed", "3",
-                   "--top-k", "2" })
+                     "--top-k", "2" })
                  .code,
         0);
     const Run emptyRun = cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", "" });
@@ -386,7 +386,29 @@ void TestCli::badArguments()
     const Run noVal = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("noval"), "--preset", "quick",
         "--epochs", "1", "--embed", "8", "--hidden", "8", "--val-fraction", "0", "--patience", "1" });
     QVERIFY2(noVal.code == 0, qPrintable(noVal.err));
-    QVERIFY2(noVal.out.contains("patience 1 is off") && noVal.out.contains("no validation pairs"), qPrintable(noVal.out));
+    QVERIFY2(
+        noVal.out.contains("patience 1 is off") && noVal.out.contains("no validation pairs"), qPrintable(noVal.out));
+    // Started from a folder that was deleted, every command (even --version) stopped with "Intel
+    // oneMKL FATAL ERROR: Cannot load …/libtorch_cpu.so"; a reply written to a full disk, or to a
+    // closed standard output, exited 0.
+    auto shell = [&](const QString& script) {
+        QProcess p;
+        p.setWorkingDirectory(m_dir.path());
+        p.start("/bin/sh", { "-c", script, "sh", CHATBENCH_CLI, m_run });
+        if (!p.waitForFinished(120000))
+            qFatal("the shell did not finish");
+        return Run { p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError()) };
+    };
+    const Run gone = shell("mkdir gone && cd gone && rmdir ../gone && exec \"$1\" --version");
+    QCOMPARE(gone.code, 1);
+    QVERIFY2(gone.err.contains("the current folder no longer exists"), qPrintable(gone.err));
+    const Run full = shell("exec \"$1\" chat --run \"$2\" --once hello > /dev/full");
+    QCOMPARE(full.code, 1);
+    QVERIFY2(full.err.contains("could not be written to standard output (No space left on device)"), qPrintable(full.err));
+    const Run closed = shell("exec \"$1\" chat --run \"$2\" --once hello >&-");
+    QCOMPARE(closed.code, 1);
+    QVERIFY2(closed.err.contains("could not be written to standard output (it was closed)"), qPrintable(closed.err));
     // No GPU here: asking for one falls back with a note, never a crash.
     const Run gpu = cli({ "chat", "--run", m_run, "--once", "good morning", "--device", "cuda:0" });
     QCOMPARE(gpu.code, 0);
@@ -593,6 +615,25 @@ void TestCli::corruptRunFilesAndTwoWriters()
     QCOMPARE(none.code, 1);
     QVERIFY2(none.err.contains(ckpt), qPrintable(none.err));
     testutil::writeFile(m_dir, "hurt/" + QFileInfo(ckpt).fileName(), bytes);
+    // A state and checkpoints copied in from another run of the same sizes answered through this
+    // run's words without a word; vocab.json with two words swapped stands for this run's own.
+    const QByteArray vocab = testutil::readFile(run + "/vocab.json");
+    QJsonObject v = QJsonDocument::fromJson(vocab).object();
+    QJsonArray tokens = v["tokens"].toArray();
+    const QJsonValue fourth = tokens[4];
+    tokens[4] = tokens[5];
+    tokens[5] = fourth;
+    v["tokens"] = tokens;
+    testutil::writeFile(m_dir, "hurt/vocab.json", QJsonDocument(v).toJson());
+    for (const QStringList& args : { QStringList { "chat", "--run", run, "--once", "hello" },
+             QStringList { "chat", "--run", run, "--once", "hello", "--weights", "best" },
+             QStringList { "train", "--resume", "--run", run, "--epochs", "2" } }) {
+        const Run other = cli(args);
+        QCOMPARE(other.code, 1);
+        QVERIFY2(other.err.contains("was saved with another vocabulary than vocab.json holds"), qPrintable(other.err));
+    }
+    testutil::writeFile(m_dir, "hurt/vocab.json", vocab);
+    QCOMPARE(cli({ "chat", "--run", run, "--once", "hello" }).code, 0);
 
     // Two trains started together on one folder: one trains, the other is refused; the run loads.
     const QString shared = m_dir.filePath("shared");
@@ -918,6 +959,7 @@ void TestCli::importKeras()
         "--no-epoch", "--out", "" });
     QVERIFY2(b.code == 0, qPrintable(b.out + b.err));
     QVERIFY(b.out.contains("(E=16, H=16, layers 2"));
+    QVERIFY2(b.out.contains("sizes from the run " + run + " (E=16, H=16, layers 2)"), qPrintable(b.out));
     const Run needCorpus = cli({ "train", "--resume", "--run", run });
     QCOMPARE(needCorpus.code, 1);
     QVERIFY(needCorpus.err.contains("give the corpus"));

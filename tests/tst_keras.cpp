@@ -305,6 +305,41 @@ void TestKeras::badFilesGiveErrors()
     expectError(dir + "half.h5", "HDF5");
     writeBytes(dir + "head.h5", h5.substr(0, 2000));
     expectError(dir + "head.h5", "HDF5");
+    // Found by an outside pass: bits flipped inside the stored weights imported as other weights
+    // (libzip does not check a stored member's CRC-32; Keras refuses it), and a second member of
+    // one name was read where Keras reads the last.
+    {
+        std::string flipped = keras;
+        const size_t name = flipped.find("model.weights.h5");
+        QVERIFY(name != std::string::npos && name >= 30 && flipped.compare(name - 30, 4, "PK\x03\x04") == 0);
+        const size_t header = name - 30;
+        const auto u16 = [&](size_t at) {
+            return size_t(uint8_t(flipped[at])) | size_t(uint8_t(flipped[at + 1])) << 8;
+        };
+        QCOMPARE(u16(header + 8), size_t(0)); // stored, as Keras writes it
+        const size_t data = header + 30 + u16(header + 26) + u16(header + 28);
+        flipped[data + 2000] ^= 1;
+        writeBytes(dir + "flipped.keras", flipped);
+        expectError(dir + "flipped.keras", "model.weights.h5: CRC-32 mismatch");
+
+        json config = json::parse(zipMember(kFixtures + "recipe.keras", "config.json"));
+        writeKeras(dir + "two.keras", kFixtures + "recipe.keras", config);
+        int err = 0;
+        zip_t* z = zip_open((dir + "two.keras").c_str(), 0, &err);
+        QVERIFY(z);
+        const std::string other = config.dump(1); // the same name's length: "donfig.json"
+        zip_file_add(z, "donfig.json", zip_source_buffer(z, other.data(), other.size(), 0), 0);
+        QCOMPARE(zip_close(z), 0);
+        std::string two = readBytes(dir + "two.keras");
+        for (size_t at = two.find("donfig.json"); at != std::string::npos; at = two.find("donfig.json", at))
+            two[at] = 'c';
+        writeBytes(dir + "two.keras", two);
+        expectError(dir + "two.keras", "two members named 'config.json'");
+    }
+    // A TMPDIR that is no folder: "filesystem error: temp_directory_path: …", naming neither.
+    qputenv("TMPDIR", "/nonexistent-folder");
+    expectError(kFixtures + "recipe.keras", "TMPDIR=/nonexistent-folder is not a folder");
+    qunsetenv("TMPDIR");
     // A .keras saved by Keras 2 (tf_keras 2.21's model.save): its weights are keyed by layer class.
     expectError(kFixtures + "keras2-saved.keras", "written by Keras 2.21.0");
     // A copy of the weights left by a killed importer (its process gone) is removed by the next.

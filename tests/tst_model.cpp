@@ -20,6 +20,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
@@ -29,6 +30,7 @@
 
 #include <cmath>
 #include <atomic>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -238,6 +240,8 @@ private Q_SLOTS:
     void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
     void checkpointPicklesAskingForTooMuchAreRefused();
+    void oversizedCheckpointIsRefusedUnread();
+    void pruningKeepsTheRunsOwnCheckpoints();
     void stepSeedTouchesOnlyTheCpuGenerator();
     void parityVerdict();
     void gpuUuidAsNvmlNamesIt();
@@ -1389,6 +1393,64 @@ void TestModel::checkpointPicklesAskingForTooMuchAreRefused()
         QVERIFY2(what.contains(QString::fromStdString(shortened)) && what.contains("whose record holds 8 bytes"),
             qPrintable(what));
     }
+}
+
+void TestModel::oversizedCheckpointIsRefusedUnread()
+{
+    // A checkpoint replaced by a 10 GB file was read whole (17 GB, 42 s) before its checksum
+    // failed, and was "std::bad_alloc", naming no file, under a memory limit.
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    RunState st;
+    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    const std::string file = run + "/" + st.checkpoint;
+    std::filesystem::resize_file(file, uint64_t(10) << 30); // sparse: no disk taken
+    QElapsedTimer clock;
+    clock.start();
+    try {
+        loadCheckpoint(run, st, s.model, s.optimizer.get());
+        QFAIL("the 10 GB checkpoint was taken");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(file))
+                && QString(e.what()).contains("the file is 10240 MiB")
+                && QString(e.what()).contains("no checkpoint of this run's model"),
+            e.what());
+    }
+    QVERIFY2(clock.elapsed() < 1000, qPrintable(QString("%1 ms").arg(clock.elapsed())));
+    // A save of the same step does not read it either: it writes the checkpoint anew.
+    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    QVERIFY(std::filesystem::file_size(file) < (uint64_t(1) << 20));
+    loadCheckpoint(run, st, s.model, s.optimizer.get());
+}
+
+void TestModel::pruningKeepsTheRunsOwnCheckpoints()
+{
+    // Found by an outside pass: a stray ckpt-00000099.pt counted as the newest of the kept
+    // checkpoints and the run's own fallback was removed; a kill between removing a checkpoint
+    // and its state left the state file for good.
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    for (const auto& [name, bytes] : { std::pair { "ckpt-00000099.pt", "junk" },
+             std::pair { "ckpt-00000001.json", "{}" } }) { // a stray, and a state whose checkpoint is gone
+        QFile f(dir.filePath(name));
+        QVERIFY(f.open(QIODevice::WriteOnly) && f.write(bytes) > 0);
+    }
+    RunState st;
+    for (int64_t step = 2; step <= 5; ++step) {
+        st.step = step;
+        saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    }
+    QStringList left = QDir(dir.path()).entryList({ "ckpt-*" }, QDir::Files, QDir::Name);
+    QCOMPARE(left,
+        QStringList({ "ckpt-00000004.json", "ckpt-00000004.pt", "ckpt-00000005.json", "ckpt-00000005.pt",
+            "ckpt-00000099.pt" }));
+    // The fallback is there: the newest cut short, the one before it loads.
+    std::filesystem::resize_file(run + "/ckpt-00000005.pt", 100);
+    std::string fellBack;
+    QCOMPARE(loadUsableCheckpoint(run, st, s.model, s.optimizer.get(), &fellBack).step, int64_t(4));
+    QVERIFY2(fellBack.find("ckpt-00000004.pt") != std::string::npos, fellBack.c_str());
 }
 
 void TestModel::stepSeedTouchesOnlyTheCpuGenerator()

@@ -98,12 +98,19 @@ int run(BenchArgs a)
     a.cfg.precisions.clear();
     for (const auto& p : a.precisions)
         a.cfg.precisions.push_back(*parseBenchPrecision(p));
+    std::string fromRun; // said in the report: what of the run was and was not taken
     if (!a.run.empty()) {
         // The timings depend on the sizes, not the weights: the run's sizes on this corpus.
         const ModelConfig m = loadRunConfig(a.run).model;
         a.cfg.embedDim = m.embedDim;
         a.cfg.hidden = m.hidden;
         a.cfg.layers = m.layers;
+        fromRun = "sizes from the run " + chatbench::printable(a.run) + " (E=" + std::to_string(m.embedDim)
+            + ", H=" + std::to_string(m.hidden) + ", layers " + std::to_string(m.layers) + ")";
+        if (m.attention || m.sharedEmbedding)
+            fromRun += "; its " + std::string(m.attention ? "attention" : "")
+                + (m.attention && m.sharedEmbedding ? " and " : "") + (m.sharedEmbedding ? "shared embedding" : "")
+                + " not timed: the preset's model is timed at those sizes";
     }
     if (!a.out.empty())
         checkOutputFile(a.out, { a.corpus }); // before minutes of timing, not after
@@ -115,10 +122,12 @@ int run(BenchArgs a)
         if (tty)
             std::cerr << "\r\033[K[" << done << "/" << total << "] " << what << std::flush;
     };
-    const BenchReport r = [&] {
+    BenchReport r = [&] {
         const CancelWatch watch;
         return runBench(a.cfg, corpus, cb);
     }();
+    if (!fromRun.empty())
+        r.notes.insert(r.notes.begin(), fromRun);
     if (tty)
         std::cerr << "\r\033[K";
     if (r.rows.empty() && r.races.empty()) {

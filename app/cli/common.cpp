@@ -56,12 +56,12 @@ std::atomic<bool>& cancelFlag()
 
 void installSignalHandlers()
 {
-    std::signal(SIGINT, onSignal);
-    std::signal(SIGTERM, onSignal);
-    // A closed terminal (a dropped ssh session) stops training with a checkpoint too, unless the
-    // process was started to ignore it (nohup).
-    if (std::signal(SIGHUP, onSignal) == SIG_IGN)
-        std::signal(SIGHUP, SIG_IGN);
+    // A closed terminal (a dropped ssh session) stops training with a checkpoint too. A signal the
+    // process was started to ignore stays ignored (nohup for SIGHUP; a shell's background job, or
+    // `trap "" INT`, for SIGINT).
+    for (const int sig : { SIGINT, SIGTERM, SIGHUP })
+        if (std::signal(sig, onSignal) == SIG_IGN)
+            std::signal(sig, SIG_IGN);
 }
 
 CLI::IsMember oneOf(const std::vector<std::string>& names)

@@ -1,12 +1,15 @@
 // chatbench-cli: the headless workbench. Each command lives in its own file and adds itself to
 // the parser; this file only assembles them and turns errors into one message and an exit code.
 
+#include "../startcheck.h"
 #include "chatbench/devices.h"
 #include "chatbench/error.h"
 #include "common.h"
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -85,6 +88,14 @@ int main(int argc, char** argv)
                                      : ": the model's sizes (the run's config.json) need more memory than is free")
                   << "\n";
         return 2;
+    }
+    // What was printed must have arrived: a reply written to a full disk (> /dev/full) or a closed
+    // standard output is an error, not exit status 0.
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) || chatbench::startcheck::stdoutWasClosed()) {
+        std::cerr << "error: the output could not be written to standard output ("
+                  << (chatbench::startcheck::stdoutWasClosed() ? "it was closed" : std::strerror(errno)) << ")\n";
+        return exitCode != 0 ? exitCode : 1;
     }
     return exitCode;
 }

@@ -98,7 +98,8 @@ fs::path resolveOutput(const std::string& path)
     std::error_code ec;
     // What the links lead to, as the system sees it: /dev/stdout into a pipe leads through
     // /proc/self/fd/1 to "pipe:[N]", a name that is no file.
-    if (const fs::file_status to = fs::status(p, ec); fs::exists(to) && !fs::is_regular_file(to) && !fs::is_directory(to))
+    if (const fs::file_status to = fs::status(p, ec);
+        fs::exists(to) && !fs::is_regular_file(to) && !fs::is_directory(to))
         throw Error(path, 0,
             std::string("is not a regular file (a pipe, device or socket")
                 + (fs::is_symlink(fs::symlink_status(p, ec)) ? ", through its link" : "")
@@ -116,7 +117,9 @@ fs::path resolveOutput(const std::string& path)
         throw Error(path, 0, "is a folder; give a file name");
     const fs::path folder = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (!fs::is_directory(folder, ec))
-        throw Error(path, 0, "its folder " + printable(folder.string()) + " does not exist");
+        throw Error(path, 0,
+            "its folder " + printable(folder.string())
+                + (fs::exists(folder, ec) ? " is not a folder (a file?)" : " does not exist"));
     return p;
 }
 

@@ -100,7 +100,9 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     impl->model = Seq2Seq(impl->cfg.model);
     impl->model->to(impl->device);
     if (weights == Weights::Best) {
-        impl->step = loadBestCheckpoint(runDir, impl->model).step;
+        const RunState best = loadBestCheckpoint(runDir, impl->model);
+        checkRunVocabulary(bestStatePath(runDir), impl->tok, best);
+        impl->step = best.step;
         try {
             impl->corpusFingerprint = loadState(runDir).corpusFingerprint;
         } catch (const Error&) {
@@ -113,6 +115,7 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     for (int attempt = 0;; ++attempt) {
         std::string recovered;
         const RunState state = loadState(runDir, &recovered);
+        checkRunVocabulary(statePath(runDir), impl->tok, state);
         try {
             std::string fellBack;
             impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;

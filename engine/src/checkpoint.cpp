@@ -1,8 +1,8 @@
 #include "checkpoint.h"
 
 #include "atomicfile.h"
-#include "picklewalk.h"
 #include "chatbench/error.h"
+#include "picklewalk.h"
 #include "text.h"
 #include "trainstep.h"
 
@@ -39,6 +39,21 @@ std::string rngKey(const torch::Device& dev)
     return dev.is_cuda() ? "rng_cuda" : "rng_cpu";
 }
 
+// The most a checkpoint of `model` can take: its parameters and buffers in fp32, up to three
+// optimizer states for each parameter (Adam with amsgrad), and room for the generator, the
+// archive's records and names. A larger file is refused before it is read (a checkpoint replaced
+// by a 10 GB file was read whole, 17 GB, before its checksum failed, or was bad_alloc in words of
+// no file under a memory limit).
+uint64_t checkpointByteLimit(Seq2Seq& model)
+{
+    uint64_t elements = 0;
+    for (const auto& p : model->parameters())
+        elements += static_cast<uint64_t>(p.numel());
+    for (const auto& b : model->buffers())
+        elements += static_cast<uint64_t>(b.numel());
+    return elements * 4 * 5 + (uint64_t(64) << 20);
+}
+
 } // namespace
 
 void saveCheckpoint(
@@ -52,7 +67,9 @@ void saveCheckpoint(
     // other bytes (another order, another id); replacing the file that state.json names before
     // state.json itself would, killed in between, leave a checksum mismatch and lose the step.
     // So the file stays, and only the state files are written anew.
+    std::error_code sizeError;
     const bool onDisk = state.haveCrc && state.checkpoint == name && fs::exists(file)
+        && fs::file_size(file, sizeError) <= checkpointByteLimit(model)
         && crcOf(text::readFile(file)) == state.checkpointCrc;
     if (!onDisk) {
         // Serialised in memory first: the archive writer cannot report a full disk (it threw from
@@ -80,14 +97,33 @@ void saveCheckpoint(
     saveCheckpointState(runDir, state); // before state.json: whatever it names has its state beside it
     saveState(runDir, state);
 
-    // The newest `keep` checkpoints stay (the current one always), each with its state.
-    const auto files = checkpointFiles(runDir);
-    for (size_t i = static_cast<size_t>(std::max(1, keep)); i < files.size(); ++i) {
-        if (files[i] == state.checkpoint)
+    // The newest `keep` checkpoints up to this one stay (this one always), each with its state. A
+    // checkpoint-named file of a later step is neither counted nor removed: a file put there, or
+    // one a fallback left behind, took the place of the run's own fallbacks. The state goes
+    // before its checkpoint: a kill in between leaves an old checkpoint without its state, which
+    // the next save removes, rather than a state without its checkpoint.
+    std::error_code ec;
+    size_t kept = 0;
+    for (const std::string& f : checkpointFiles(runDir)) {
+        if (std::stoll(f.substr(5, f.size() - 8)) > state.step)
             continue;
-        std::error_code ec;
-        fs::remove(fs::path(runDir) / files[i], ec);
-        fs::remove(checkpointStatePath(runDir, files[i]), ec);
+        if (kept++ < static_cast<size_t>(std::max(1, keep)) || f == state.checkpoint)
+            continue;
+        fs::remove(checkpointStatePath(runDir, f), ec);
+        fs::remove(fs::path(runDir) / f, ec);
+    }
+    // States whose checkpoint is gone (left by a kill between the two removals, in that order
+    // before): removed, up to this step.
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() < 14 || !name.starts_with("ckpt-") || !name.ends_with(".json")
+            || name.find_first_not_of("0123456789", 5) != name.size() - 5)
+            continue;
+        const std::string checkpoint = name.substr(0, name.size() - 5) + ".pt";
+        std::error_code e2;
+        if (checkpoint != state.checkpoint && !fs::exists(fs::path(runDir) / checkpoint, e2) && name.size() - 10 <= 18
+            && std::stoll(name.substr(5, name.size() - 10)) < state.step)
+            fs::remove(it->path(), e2);
     }
 }
 
@@ -191,7 +227,8 @@ void checkPickles(const std::string& file, const std::string& bytes)
             continue;
         const auto [data, size] = reader.getRecord(name);
         // Its storages' bytes are the records "<name without .pkl>/<key>" (data.pkl: data/0, …).
-        const std::string dir = name.substr(0, name.size() - (name.size() >= 4 && name.compare(name.size() - 4, 4, ".pkl") == 0 ? 4 : 3));
+        const std::string dir
+            = name.substr(0, name.size() - (name.size() >= 4 && name.compare(name.size() - 4, 4, ".pkl") == 0 ? 4 : 3));
         auto recordSize = [&](const std::string& key) -> std::optional<size_t> {
             const std::string record = dir + "/" + key;
             if (!reader.hasRecord(record))
@@ -212,7 +249,8 @@ void loadCheckpoint(
     const std::string file = (fs::path(runDir) / state.checkpoint).string();
     if (!fs::exists(file))
         throw Error(file, 0, "checkpoint file is missing");
-    const std::string bytes = text::readFile(file);
+    const std::string bytes = text::readFile(file, static_cast<int64_t>(checkpointByteLimit(model)),
+        "no checkpoint of this run's model (config.json's sizes) is that large: corrupt or another file?");
     if (state.haveCrc && crcOf(bytes) != state.checkpointCrc)
         throw Error(file, 0, "checksum mismatch: the checkpoint is corrupt");
     // Remember the shapes the config asks for: InputArchive::read would silently resize.

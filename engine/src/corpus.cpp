@@ -536,8 +536,8 @@ void loadCornell(Loader& L, const fs::path& dir)
                             throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
                         if (it->second.first.empty())
                             L.note(convFile, n,
-                                "line id '" + cur + "' has no text (movie_lines.txt:" + std::to_string(it->second.second)
-                                    + "): its turn is left out");
+                                "line id '" + cur + "' has no text (movie_lines.txt:"
+                                    + std::to_string(it->second.second) + "): its turn is left out");
                         turns.emplace_back(it->second.first, n);
                         cur.clear();
                     }
@@ -724,7 +724,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
         if (!scan.others.empty()) {
             const auto& o = scan.others;
             L.note(path, 0,
-                std::to_string(o.size()) + " file(s) not read, since a folder is read as chatterbot YAML (.yml, .yaml): "
+                std::to_string(o.size())
+                    + " file(s) not read, since a folder is read as chatterbot YAML (.yml, .yaml): "
                     + printable(o[0].filename().string())
                     + (o.size() > 1 ? (o.size() == 2 ? " and " : ", ") + printable(o[1].filename().string()) : "")
                     + (o.size() > 2 ? " and " + std::to_string(o.size() - 2) + " more" : "")

@@ -20,8 +20,10 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,6 +79,20 @@ public:
             zip_error_fini(&e);
             throw Error(path, 0, "not a readable .keras (zip) file: " + why);
         }
+        // Two members of one name: this reader would take the first and Keras (Python's zipfile)
+        // the last, so the model imported would not be the one Keras loads.
+        std::set<std::string> names;
+        const zip_int64_t count = zip_get_num_entries(m_zip, 0);
+        for (zip_int64_t i = 0; i < count; ++i) {
+            const char* name = zip_get_name(m_zip, static_cast<zip_uint64_t>(i), 0);
+            if (name && !names.insert(name).second) {
+                const std::string twice = name; // the archive's memory goes with it
+                zip_discard(m_zip);
+                throw Error(path, 0,
+                    "the archive holds two members named '" + printable(twice)
+                        + "' (Keras would read the last): an edited or corrupt .keras file");
+            }
+        }
     }
     ~ZipArchive() { zip_discard(m_zip); }
     ZipArchive(const ZipArchive&) = delete;
@@ -117,6 +133,16 @@ public:
             done += static_cast<zip_uint64_t>(n);
         }
         zip_fclose(f);
+        // libzip does not check a stored member's CRC-32; Keras (Python's zipfile) refuses a
+        // mismatch, and flipped bits in the weights would otherwise import as other weights.
+        if (st.valid & ZIP_STAT_CRC) {
+            uLong crc = crc32(0L, Z_NULL, 0);
+            for (size_t at = 0; at < out.size(); at += (1u << 30))
+                crc = crc32(crc, reinterpret_cast<const Bytef*>(out.data() + at),
+                    static_cast<uInt>(std::min<size_t>(out.size() - at, 1u << 30)));
+            if (static_cast<uint32_t>(crc) != st.crc)
+                throw Error(m_path, 0, name + ": CRC-32 mismatch (corrupt archive)");
+        }
         return out;
     }
 
@@ -125,13 +151,27 @@ private:
     zip_t* m_zip = nullptr;
 };
 
+// TMPDIR when set (an error naming it when it is no folder), /tmp otherwise.
+fs::path temporaryFolder()
+{
+    const char* dir = std::getenv("TMPDIR");
+    if (!dir || !*dir)
+        return "/tmp";
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw Error("TMPDIR=" + printable(dir)
+            + " is not a folder; the weights of a .keras file are copied there to be read: set TMPDIR to a "
+              "writable folder, or unset it");
+    return dir;
+}
+
 // A file in the temporary folder, removed however reading ends.
 class TempFile {
 public:
     explicit TempFile(const std::string& bytes)
     {
         static std::atomic<int> counter { 0 };
-        m_path = (fs::temp_directory_path()
+        m_path = (temporaryFolder()
             / ("chatbench-keras-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".h5"))
                      .string();
         std::ofstream out(m_path, std::ios::binary | std::ios::trunc);
@@ -160,7 +200,7 @@ void removeStaleTempFiles()
 {
     std::error_code ec;
     const std::string prefix = "chatbench-keras-";
-    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    for (const auto& e : fs::directory_iterator(temporaryFolder(), ec)) {
         const std::string name = e.path().filename().string();
         if (name.rfind(prefix, 0) != 0)
             continue;
@@ -984,7 +1024,11 @@ std::string seconds(std::chrono::milliseconds d)
 
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits)
 {
-    removeStaleTempFiles();
+    try {
+        removeStaleTempFiles();
+    } catch (const Error& e) { // TMPDIR names no folder: said for this file
+        throw Error(path, 0, e.message());
+    }
     ChildOutcome child;
     try {
         child = runInChild([&] { return readForParent(path); }, limits);
@@ -996,7 +1040,7 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
         // The child's temporary copy of the weights (named after its process id) stays behind.
         std::error_code ec;
         const std::string prefix = "chatbench-keras-" + std::to_string(child.pid) + "-";
-        for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
+        for (const auto& e : fs::directory_iterator(temporaryFolder(), ec)) // checked before the child
             if (e.path().filename().string().rfind(prefix, 0) == 0)
                 fs::remove(e.path(), ec);
         if (child.end == ChildOutcome::End::TimedOut)

@@ -235,6 +235,7 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     writeFileAtomic(configPath(runDir), toJson(cfg));
     tok.save(vocabPath(runDir));
     RunState state; // step 0, no corpus yet: the first resume binds the corpus it is given
+    state.vocabFingerprint = vocabularyFingerprint(tok);
     saveCheckpoint(runDir, step.model, *step.optimizer, state);
     writeMetricsCsv(runDir, {});
     r.config = cfg;

@@ -131,7 +131,8 @@ std::string malformedPickle(
                     + std::to_string(left - 4) + " left";
             Item v;
             v.kind = Item::Str;
-            v.text.assign(reinterpret_cast<const char*>(p + i + 4), static_cast<size_t>(std::min<uint64_t>(length, 64)));
+            v.text.assign(
+                reinterpret_cast<const char*>(p + i + 4), static_cast<size_t>(std::min<uint64_t>(length, 64)));
             stack.push_back(std::move(v));
             i += 4 + static_cast<size_t>(length);
         } break;
@@ -154,7 +155,12 @@ std::string malformedPickle(
             m.kind = Item::Mark;
             stack.push_back(m);
         } break;
-        case ']': case ')': case '}': case 0x88: case 0x89: case 'N': // EMPTY_LIST/TUPLE/DICT, TRUE, FALSE, NONE
+        case ']':
+        case ')':
+        case '}':
+        case 0x88:
+        case 0x89:
+        case 'N': // EMPTY_LIST/TUPLE/DICT, TRUE, FALSE, NONE
             stack.emplace_back();
             break;
         case 't': { // TUPLE
@@ -181,9 +187,7 @@ std::string malformedPickle(
                 stack.emplace_back();
             break;
         case 'e': // APPENDS, SETITEMS: the items since the mark go into the value below it
-        case 'u':
-            followed = popToMark(nullptr) && !stack.empty();
-            break;
+        case 'u': followed = popToMark(nullptr) && !stack.empty(); break;
         case 's': // SETITEM
             followed = pop(2) && !stack.empty();
             break;
@@ -206,10 +210,10 @@ std::string malformedPickle(
             if (id.kind == Item::Tuple && id.items.size() == 5 && id.items[0].kind == Item::Str
                 && id.items[0].text == "storage" && id.items[1].kind == Item::Global && id.items[2].kind == Item::Str
                 && id.items[4].kind == Item::Int) {
-                static const std::map<std::string, int64_t> kItemBytes = { { "DoubleStorage", 8 },
-                    { "FloatStorage", 4 }, { "HalfStorage", 2 }, { "BFloat16Storage", 2 }, { "LongStorage", 8 },
-                    { "IntStorage", 4 }, { "ShortStorage", 2 }, { "CharStorage", 1 }, { "ByteStorage", 1 },
-                    { "BoolStorage", 1 } };
+                static const std::map<std::string, int64_t> kItemBytes
+                    = { { "DoubleStorage", 8 }, { "FloatStorage", 4 }, { "HalfStorage", 2 }, { "BFloat16Storage", 2 },
+                          { "LongStorage", 8 }, { "IntStorage", 4 }, { "ShortStorage", 2 }, { "CharStorage", 1 },
+                          { "ByteStorage", 1 }, { "BoolStorage", 1 } };
                 const auto bytesPer = kItemBytes.find(id.items[1].text);
                 const int64_t count = id.items[4].number;
                 const std::string& key = id.items[2].text;
@@ -230,8 +234,7 @@ std::string malformedPickle(
         } break;
         case '.': // STOP
             return {};
-        default:
-            return {};
+        default: return {};
         }
         if (following && (!followed || stack.size() > kItems || memo.size() > kItems)) {
             following = false;

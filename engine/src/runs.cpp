@@ -186,6 +186,11 @@ std::string stateJson(const RunState& state)
     j["bad_epochs"] = state.badEpochs;
     j["finished"] = state.finished;
     j["corpus_fingerprint"] = state.corpusFingerprint;
+    if (state.vocabFingerprint != 0) { // as hex text: JSON tools that read numbers as doubles keep it
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(state.vocabFingerprint));
+        j["vocab_fingerprint"] = hex;
+    }
     j["loss_scale"] = state.lossScale;
     j["loss_scale_good_steps"] = state.lossScaleGoodSteps;
     if (!state.recipe.empty())
@@ -223,23 +228,30 @@ RunState loadState(const std::string& runDir, std::string* note)
     // state.json lost or damaged (a crash can leave it empty): each checkpoint has its state beside
     // it (ckpt-<step>.json), written before state.json named it; the newest whose checkpoint is
     // there stands in.
+    std::string skipped; // a newer checkpoint without a usable state, said in the note
     for (const std::string& ckpt : checkpointFiles(runDir)) {
         RunState s;
         try {
             s = loadStateFile(checkpointStatePath(runDir, ckpt));
         } catch (const Error&) {
+            if (skipped.empty())
+                skipped = ckpt;
             continue;
         }
         if (s.checkpoint != ckpt)
             continue;
-        const std::string kept = fs::path(checkpointStatePath(runDir, ckpt)).filename().string();
+        const std::string kept = fs::path(checkpointStatePath(runDir, ckpt)).filename().string()
+            + (skipped.empty() ? std::string()
+                               : " (the newer " + skipped + " has no readable state beside it, "
+                        + fs::path(checkpointStatePath(runDir, skipped)).filename().string() + ")");
         if (edited)
             throw Error(failed->file(), failed->line(),
-                failed->message() + "; " + kept + " holds the state saved with the newest checkpoint (step "
-                    + std::to_string(s.step) + "): copy it over state.json to continue from there");
+                failed->message() + "; " + kept
+                    + " holds the state saved with the newest checkpoint that has one (step " + std::to_string(s.step)
+                    + "): copy it over state.json to continue from there");
         if (note)
             *note = (failed ? std::string(failed->what()) : path + ": missing") + "; using " + kept
-                + ", the state saved with the newest checkpoint (step " + std::to_string(s.step) + ")";
+                + ", the state saved with the newest checkpoint that has one (step " + std::to_string(s.step) + ")";
         return s;
     }
     if (failed)
@@ -273,6 +285,13 @@ RunState loadStateFile(const std::string& path)
         s.badEpochs = field<int>(root, "bad_epochs");
         s.finished = field<bool>(root, "finished");
         s.corpusFingerprint = field<uint64_t>(root, "corpus_fingerprint");
+        if (const std::string hex = field<std::string>(root, "vocab_fingerprint", std::string()); !hex.empty()) {
+            if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+                throw FieldError(
+                    "'vocab_fingerprint' must be 16 hex digits, not \"" + printable(hex.substr(0, 40)) + "\"",
+                    "vocab_fingerprint");
+            s.vocabFingerprint = std::stoull(hex, nullptr, 16);
+        }
         s.lossScale = field<double>(root, "loss_scale", 65536.0);
         s.lossScaleGoodSteps = field<int64_t>(root, "loss_scale_good_steps", int64_t(0));
         if (j.contains("recipe")) {
@@ -427,6 +446,29 @@ void createRunFolder(const std::string& runDir)
     fs::create_directories(runDir, ec);
     if (ec)
         throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
+}
+
+uint64_t vocabularyFingerprint(const Tokenizer& tok)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t id = 0; id < tok.size(); ++id) {
+        for (const unsigned char ch : tok.word(id)) {
+            h ^= ch;
+            h *= 1099511628211ULL;
+        }
+        h ^= 0xFF; // between words
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void checkRunVocabulary(const std::string& stateFile, const Tokenizer& tok, const RunState& state)
+{
+    if (state.vocabFingerprint != 0 && state.vocabFingerprint != vocabularyFingerprint(tok))
+        throw Error(stateFile, 0,
+            "was saved with another vocabulary than vocab.json holds: this state and its checkpoint ("
+                + printable(state.checkpoint)
+                + ") belong to another run (copied in?); put back this run's own files, or chat with that run");
 }
 
 void requireNewRunFolder(const std::string& runDir)

@@ -26,6 +26,9 @@ struct RunState {
     int badEpochs = 0; // epochs since the best validation loss
     bool finished = false;
     uint64_t corpusFingerprint = 0;
+    // Of vocab.json's words in id order (vocabularyFingerprint): state and checkpoints copied in
+    // from another run are told apart by it. 0: not recorded (runs older than it).
+    uint64_t vocabFingerprint = 0;
     double lossScale = 65536.0; // fp16 dynamic loss scale
     int64_t lossScaleGoodSteps = 0; // fp16 steps since the scale last changed (it doubles at 2000)
     std::string checkpoint; // file name of the matching ckpt-<step>.pt
@@ -68,6 +71,12 @@ struct TrainConfig;
 // Throws Error naming vocab.json when `tok` (read from it) disagrees with config.json: its mode,
 // and its size unless a resume is about to rebuild the model from it.
 void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const TrainConfig& cfg, bool size);
+// FNV-1a of the words in id order.
+uint64_t vocabularyFingerprint(const Tokenizer& tok);
+// An Error naming `stateFile` when `state` was saved with another vocabulary than `tok` (a state
+// and its checkpoints copied in from another run of the same sizes answered through this run's
+// words, without a word); nothing when the state recorded none.
+void checkRunVocabulary(const std::string& stateFile, const Tokenizer& tok, const RunState& state);
 
 // For a new run (training or an import) in `runDir`, before its lock is taken and again under it:
 // refuses a folder that holds

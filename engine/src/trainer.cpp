@@ -426,6 +426,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.runDir = runDir;
         prepare(s, corpus, cb);
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
+        s.state.vocabFingerprint = vocabularyFingerprint(s.tok);
         s.state.recipe = recipeJson(s.cfg);
         writeFileAtomic(configPath(runDir), toJson(s.cfg));
         s.tok.save(vocabPath(runDir));
@@ -486,6 +487,12 @@ TrainResult resume(
                     + "): a resumed run keeps them (only the epochs, patience, checkpointing and device "
                       "can change); put them back, or start a new run with these");
         }
+    // The state, its checkpoint and vocab.json of one run (before the corpus is compared: files
+    // copied in from another run were "the corpus differs" otherwise).
+    s.tok = Tokenizer::load(vocabPath(runDir));
+    checkRunTokenizer(runDir, s.tok, s.cfg, /*size=*/false);
+    checkRunVocabulary(statePath(runDir), s.tok, s.state);
+    s.state.vocabFingerprint = vocabularyFingerprint(s.tok); // runs older than it record it from now
     const std::string recipe = recipeJson(s.cfg);
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
@@ -504,8 +511,6 @@ TrainResult resume(
             "the corpus differs from the one this run started with (" + s.cfg.corpus
                 + "); resume needs the same pairs");
     }
-    s.tok = Tokenizer::load(vocabPath(runDir));
-    checkRunTokenizer(runDir, s.tok, s.cfg, /*size=*/false);
     if (epochs > 0 && epochs < s.state.epoch)
         throw Error(runDir, 0,
             "the run has trained " + std::to_string(s.state.epoch) + " epochs; --epochs " + std::to_string(epochs)
