@@ -388,6 +388,13 @@ void TestCli::badArguments()
     QVERIFY2(noVal.code == 0, qPrintable(noVal.err));
     QVERIFY2(
         noVal.out.contains("patience 1 is off") && noVal.out.contains("no validation pairs"), qPrintable(noVal.out));
+    // A training or import killed before its first checkpoint leaves config.json alone (and maybe
+    // vocab.json): chat said "vocab.json: cannot open file".
+    QVERIFY(QDir().mkpath(m_dir.filePath("stopped-early")));
+    QVERIFY(QFile::copy(m_run + "/config.json", m_dir.filePath("stopped-early/config.json")));
+    const Run early = cli({ "chat", "--run", m_dir.filePath("stopped-early"), "--once", "hello" });
+    QCOMPARE(early.code, 1);
+    QVERIFY2(early.err.contains("stopped before its first checkpoint"), qPrintable(early.err));
     // Started from a folder that was deleted, every command (even --version) stopped with "Intel
     // oneMKL FATAL ERROR: Cannot load …/libtorch_cpu.so"; a reply written to a full disk, or to a
     // closed standard output, exited 0.

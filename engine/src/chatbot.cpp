@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -92,6 +93,11 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
 {
     auto impl = std::make_shared<Impl>();
     impl->cfg = loadRunConfig(runDir);
+    std::error_code ec; // config.json alone: a training or import stopped before its first checkpoint
+    if (!isRun(runDir) && !std::filesystem::exists(bestStatePath(runDir), ec))
+        throw Error(runDir, 0,
+            "holds a run that stopped before its first checkpoint (config.json without state.json or "
+            "checkpoints): nothing to chat with yet; train or import into it again");
     impl->tok = Tokenizer::load(vocabPath(runDir));
     checkRunTokenizer(runDir, impl->tok, impl->cfg, /*size=*/true);
     const ResolvedDevice r = resolveDevice(device, Precision::FP32);
