@@ -212,6 +212,18 @@ void TestRuns::stateRoundTrip()
     QCOMPARE(back.history.size(), size_t(2));
     QVERIFY(std::isnan(back.history[1].trainLoss));
     QCOMPARE(back.vocabFingerprint, 0xfedcba9876543211ULL);
+
+    // state.json and every checkpoint's state gone, best.json left: said, with the way to chat
+    // (it was "not a chatbench run").
+    QVERIFY(QFile::remove(dir.filePath("state.json")));
+    testutil::writeFile(dir, "best.json", "{}");
+    try {
+        (void)loadState(run);
+        QFAIL("a state came from nowhere");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("only the best weights are left (best.json); chat --weights best"),
+            e.what());
+    }
 }
 
 void TestRuns::stateFieldsAreRangeChecked_data()

@@ -256,6 +256,11 @@ RunState loadState(const std::string& runDir, std::string* note)
     }
     if (failed)
         throw *failed;
+    std::error_code ec;
+    if (fs::exists(bestStatePath(runDir), ec)) // the checkpoints' states are gone, the best weights' is not
+        throw Error(runDir, 0,
+            "no state.json and no checkpoint with its state: only the best weights are left (best.json); "
+            "chat --weights best answers from them");
     throw Error(runDir, 0, "not a chatbench run (no state.json): has it trained for at least one checkpoint?");
 }
 
