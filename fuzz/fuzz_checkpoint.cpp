@@ -4,9 +4,8 @@
 // CHATBENCH_FUZZ_SEED_DIR: write a valid checkpoint of the same model there as a seed.
 #include "checkpoint.h"
 #include "fuzzutil.h"
+#include "text.h"
 #include "trainstep.h"
-
-#include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -66,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     chatbench::RunState state;
     state.step = 1;
     state.checkpoint = "ckpt-00000001.pt";
-    state.checkpointCrc = static_cast<uint32_t>(crc32(0L, data, static_cast<uInt>(size)));
+    state.checkpointCrc = chatbench::text::crc32({ reinterpret_cast<const char*>(data), size });
     state.haveCrc = true;
     const std::string runDir = path.substr(0, path.rfind('/'));
     chatbench::Stepper& s = stepper();

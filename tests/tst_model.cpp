@@ -28,8 +28,8 @@
 
 #include <dlfcn.h>
 
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -95,6 +95,16 @@ TrainConfig tinyTraining()
     return cfg;
 }
 
+// A run folder of the tiny training model with its first checkpoint (step 0) saved, for the
+// checkpoint tests.
+struct SavedRun {
+    QTemporaryDir dir;
+    std::string run = dir.path().toStdString();
+    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    RunState st;
+    SavedRun() { saveCheckpoint(run, s.model, *s.optimizer, st, 2); }
+};
+
 // n pairs of tinyConfig's vocabulary with prompts of 1–maxPrompt and responses of
 // 1–maxResponse words.
 std::vector<Example> variedExamples(int n, int maxPrompt = 4, int maxResponse = 5)
@@ -123,8 +133,8 @@ std::vector<size_t> range(size_t begin, size_t end)
 
 // Parallel regions that would start an OpenMP team of more than one thread on a watched thread,
 // counted by GOMP_parallel below.
-std::atomic<std::thread::id> g_watchedThread{};
-std::atomic<int> g_teamsOnWatchedThread{ 0 };
+std::atomic<std::thread::id> g_watchedThread {};
+std::atomic<int> g_teamsOnWatchedThread { 0 };
 
 } // namespace
 
@@ -1333,12 +1343,9 @@ void TestModel::checkpointKeepsTheGeneratorState()
 // file through the checksum. The pickles are walked first, and the checkpoint is refused, naming it.
 void TestModel::checkpointPicklesAskingForTooMuchAreRefused()
 {
-    QTemporaryDir dir;
-    const std::string run = dir.path().toStdString();
     // The walk runs before anything of the model is read: any model stands in for the harness' own.
-    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
-    RunState st;
-    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    SavedRun saved;
+    auto& [dir, run, s, st] = saved;
     loadCheckpoint(run, st, s.model, s.optimizer.get()); // the walk passes LibTorch's own pickles
 
     const QString found = CHATBENCH_SOURCE_DIR "/fuzz/regressions/checkpoint/memo-index-8.7GB.pt";
@@ -1399,11 +1406,8 @@ void TestModel::oversizedCheckpointIsRefusedUnread()
 {
     // A checkpoint replaced by a 10 GB file was read whole (17 GB, 42 s) before its checksum
     // failed, and was "std::bad_alloc", naming no file, under a memory limit.
-    QTemporaryDir dir;
-    const std::string run = dir.path().toStdString();
-    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
-    RunState st;
-    saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+    SavedRun saved;
+    auto& [dir, run, s, st] = saved;
     const std::string file = run + "/" + st.checkpoint;
     std::filesystem::resize_file(file, uint64_t(10) << 30); // sparse: no disk taken
     QElapsedTimer clock;
@@ -1429,15 +1433,13 @@ void TestModel::pruningKeepsTheRunsOwnCheckpoints()
     // Found by an outside pass: a stray ckpt-00000099.pt counted as the newest of the kept
     // checkpoints and the run's own fallback was removed; a kill between removing a checkpoint
     // and its state left the state file for good.
-    QTemporaryDir dir;
-    const std::string run = dir.path().toStdString();
-    Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);
+    SavedRun saved;
+    auto& [dir, run, s, st] = saved;
     for (const auto& [name, bytes] : { std::pair { "ckpt-00000099.pt", "junk" },
              std::pair { "ckpt-00000001.json", "{}" } }) { // a stray, and a state whose checkpoint is gone
         QFile f(dir.filePath(name));
         QVERIFY(f.open(QIODevice::WriteOnly) && f.write(bytes) > 0);
     }
-    RunState st;
     for (int64_t step = 2; step <= 5; ++step) {
         st.step = step;
         saveCheckpoint(run, s.model, *s.optimizer, st, 2);

@@ -27,7 +27,7 @@ std::string tempPrefixFor(const fs::path& path)
 }
 
 // ".<name>.tmp-<pid>-<n>": the writer's process is in the name, so that another writer can tell a
-// dead writer's file (removeDeadWritersFiles) from one being written.
+// dead writer's file (removeDeadProcessesFiles) from one being written.
 std::string tempNameFor(const std::string& path)
 {
     std::random_device rd;
@@ -60,13 +60,11 @@ int registerPending(const std::string& tmp)
     return -1;
 }
 
-// Removes the temporary files of `target` left by writers that died (a kill while writing): files
-// named by tempNameFor whose process is gone. Another live writer's file stays.
-void removeDeadWritersFiles(const fs::path& target)
+} // namespace
+
+void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix)
 {
-    const std::string prefix = tempPrefixFor(target);
     std::error_code ec;
-    const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.rfind(prefix, 0) != 0)
@@ -74,13 +72,15 @@ void removeDeadWritersFiles(const fs::path& target)
         const size_t dash = name.find('-', prefix.size());
         const std::string pid = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
         if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
-            continue; // not one of ours, or from before names held the process
+            continue; // not one of these, or from before names held the process
         if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == -1 && errno == ESRCH) {
             std::error_code e2;
             fs::remove(it->path(), e2);
         }
     }
 }
+
+namespace {
 
 void syncFile(const std::string& path)
 {
@@ -135,7 +135,7 @@ void writeOutputFile(const std::string& path, const std::string& contents)
     if (path.empty())
         throw Error("no output file given (the path is empty)");
     const fs::path target = resolveOutput(path);
-    removeDeadWritersFiles(target);
+    removeDeadProcessesFiles(target.has_parent_path() ? target.parent_path().string() : ".", tempPrefixFor(target));
     try {
         writeFileAtomic(target.string(), contents);
     } catch (const Error& e) {

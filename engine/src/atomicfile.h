@@ -11,4 +11,9 @@ void writeFileAtomic(const std::string& path, const std::string& contents);
 // For writers that need a path (torch::save): `write` fills the temporary path given to it.
 void writeFileAtomic(const std::string& path, const std::function<void(const std::string& tmpPath)>& write);
 
+// Removes the files in `folder` named `prefix`<pid>-… whose process is gone: what writers that
+// were killed left (writeFileAtomic's temporary files, the Keras reader's copies of weights).
+// A live process' file stays.
+void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix);
+
 } // namespace chatbench

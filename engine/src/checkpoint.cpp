@@ -7,7 +7,6 @@
 #include "trainstep.h"
 
 #include <caffe2/serialize/inline_container.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -23,16 +22,6 @@ namespace fs = std::filesystem;
 namespace chatbench {
 
 namespace {
-
-uint32_t crcOf(const std::string& bytes)
-{
-    uLong crc = crc32(0L, Z_NULL, 0);
-    // zlib takes lengths as uInt: feed large files in pieces.
-    for (size_t at = 0; at < bytes.size(); at += (1u << 30))
-        crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
-            static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30)));
-    return static_cast<uint32_t>(crc);
-}
 
 std::string rngKey(const torch::Device& dev)
 {
@@ -70,7 +59,7 @@ void saveCheckpoint(
     std::error_code sizeError;
     const bool onDisk = state.haveCrc && state.checkpoint == name && fs::exists(file)
         && fs::file_size(file, sizeError) <= checkpointByteLimit(model)
-        && crcOf(text::readFile(file)) == state.checkpointCrc;
+        && text::crc32(text::readFile(file)) == state.checkpointCrc;
     if (!onDisk) {
         // Serialised in memory first: the archive writer cannot report a full disk (it threw from
         // a destructor and aborted); writeFileAtomic can, and removes its temporary file.
@@ -91,7 +80,7 @@ void saveCheckpoint(
         const std::string bytes = stream.str();
         writeFileAtomic(file, bytes);
         state.checkpoint = name;
-        state.checkpointCrc = crcOf(bytes);
+        state.checkpointCrc = text::crc32(bytes);
         state.haveCrc = true;
     }
     saveCheckpointState(runDir, state); // before state.json: whatever it names has its state beside it
@@ -251,7 +240,7 @@ void loadCheckpoint(
         throw Error(file, 0, "checkpoint file is missing");
     const std::string bytes = text::readFile(file, static_cast<int64_t>(checkpointByteLimit(model)),
         "no checkpoint of this run's model (config.json's sizes) is that large: corrupt or another file?");
-    if (state.haveCrc && crcOf(bytes) != state.checkpointCrc)
+    if (state.haveCrc && text::crc32(bytes) != state.checkpointCrc)
         throw Error(file, 0, "checksum mismatch: the checkpoint is corrupt");
     // Remember the shapes the config asks for: InputArchive::read would silently resize.
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;

@@ -1,6 +1,7 @@
 #include "kerasfile.h"
 #include "childprocess.h"
 
+#include "atomicfile.h"
 #include "chatbench/error.h"
 #include "jsondoc.h"
 #include "text.h"
@@ -23,7 +24,6 @@
 #include <set>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -135,14 +135,8 @@ public:
         zip_fclose(f);
         // libzip does not check a stored member's CRC-32; Keras (Python's zipfile) refuses a
         // mismatch, and flipped bits in the weights would otherwise import as other weights.
-        if (st.valid & ZIP_STAT_CRC) {
-            uLong crc = crc32(0L, Z_NULL, 0);
-            for (size_t at = 0; at < out.size(); at += (1u << 30))
-                crc = crc32(crc, reinterpret_cast<const Bytef*>(out.data() + at),
-                    static_cast<uInt>(std::min<size_t>(out.size() - at, 1u << 30)));
-            if (static_cast<uint32_t>(crc) != st.crc)
-                throw Error(m_path, 0, name + ": CRC-32 mismatch (corrupt archive)");
-        }
+        if ((st.valid & ZIP_STAT_CRC) && text::crc32(out) != st.crc)
+            throw Error(m_path, 0, name + ": CRC-32 mismatch (corrupt archive)");
         return out;
     }
 
@@ -198,18 +192,7 @@ private:
 // removed when their process is gone.
 void removeStaleTempFiles()
 {
-    std::error_code ec;
-    const std::string prefix = "chatbench-keras-";
-    for (const auto& e : fs::directory_iterator(temporaryFolder(), ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind(prefix, 0) != 0)
-            continue;
-        const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-        if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-            std::error_code e2;
-            fs::remove(e.path(), e2);
-        }
-    }
+    removeDeadProcessesFiles(temporaryFolder().string(), "chatbench-keras-");
 }
 
 // ---- HDF5 ----------------------------------------------------------------------------------------

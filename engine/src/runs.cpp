@@ -455,16 +455,10 @@ void createRunFolder(const std::string& runDir)
 
 uint64_t vocabularyFingerprint(const Tokenizer& tok)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t id = 0; id < tok.size(); ++id) {
-        for (const unsigned char ch : tok.word(id)) {
-            h ^= ch;
-            h *= 1099511628211ULL;
-        }
-        h ^= 0xFF; // between words
-        h *= 1099511628211ULL;
-    }
-    return h;
+    text::Fingerprint f;
+    for (int64_t id = 0; id < tok.size(); ++id)
+        f.add(tok.word(id));
+    return f.value();
 }
 
 void checkRunVocabulary(const std::string& stateFile, const Tokenizer& tok, const RunState& state)

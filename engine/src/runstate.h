@@ -71,7 +71,7 @@ struct TrainConfig;
 // Throws Error naming vocab.json when `tok` (read from it) disagrees with config.json: its mode,
 // and its size unless a resume is about to rebuild the model from it.
 void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const TrainConfig& cfg, bool size);
-// FNV-1a of the words in id order.
+// text::Fingerprint of the words in id order.
 uint64_t vocabularyFingerprint(const Tokenizer& tok);
 // An Error naming `stateFile` when `state` was saved with another vocabulary than `tok` (a state
 // and its checkpoints copied in from another run of the same sizes answered through this run's

@@ -2,6 +2,8 @@
 
 #include "chatbench/error.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +254,16 @@ std::string trim(std::string_view s)
         return {};
     const size_t e = s.find_last_not_of(ws);
     return std::string(s.substr(b, e - b + 1));
+}
+
+uint32_t crc32(std::string_view bytes)
+{
+    uLong crc = ::crc32(0L, Z_NULL, 0);
+    // zlib takes lengths as uInt: large files go in pieces.
+    for (size_t at = 0; at < bytes.size(); at += (1u << 30))
+        crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
+            static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30)));
+    return static_cast<uint32_t>(crc);
 }
 
 } // namespace chatbench::text

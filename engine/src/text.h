@@ -43,4 +43,28 @@ std::vector<std::string_view> splitLines(std::string_view text);
 
 std::string trim(std::string_view s);
 
+// zlib's CRC-32 of `bytes` (checkpoints' checksums, zip members).
+uint32_t crc32(std::string_view bytes);
+
+// FNV-1a over strings, each followed by a 0xFF byte (which UTF-8 text never holds), so that
+// ("ab", "c") and ("a", "bc") differ: the fingerprints of a corpus' pairs and of a vocabulary.
+class Fingerprint {
+public:
+    void add(std::string_view s)
+    {
+        for (const unsigned char ch : s)
+            mix(ch);
+        mix(0xFF);
+    }
+    uint64_t value() const { return m_h; }
+
+private:
+    void mix(unsigned char ch)
+    {
+        m_h ^= ch;
+        m_h *= 1099511628211ULL;
+    }
+    uint64_t m_h = 1469598103934665603ULL;
+};
+
 } // namespace chatbench::text

@@ -384,20 +384,12 @@ std::string absoluteCorpusPath(const std::string& path)
 
 uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
 {
-    uint64_t h = 1469598103934665603ULL; // FNV-1a
-    auto mix = [&](const std::string& str) {
-        for (unsigned char ch : str) {
-            h ^= ch;
-            h *= 1099511628211ULL;
-        }
-        h ^= 0xFF;
-        h *= 1099511628211ULL;
-    };
+    text::Fingerprint f;
     for (const Pair& p : pairs) {
-        mix(p.prompt);
-        mix(p.response);
+        f.add(p.prompt);
+        f.add(p.response);
     }
-    return h;
+    return f.value();
 }
 
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
