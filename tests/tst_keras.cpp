@@ -23,6 +23,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -613,6 +614,20 @@ void TestKeras::theConfigAloneDescribesTheModel()
     }
 }
 
+namespace {
+
+// word_index and index_word as Keras' to_json() writes them: both JSON strings, from one dictionary.
+void setWordIndex(json& tokenizer, const json& index)
+{
+    json reverse = json::object();
+    for (const auto& [w, i] : index.items())
+        reverse[std::to_string(i.get<int64_t>())] = w;
+    tokenizer["config"]["word_index"] = index.dump();
+    tokenizer["config"]["index_word"] = reverse.dump();
+}
+
+} // namespace
+
 void TestKeras::badTokenizers()
 {
     const std::string dir = m_dir.path().toStdString() + "/";
@@ -673,17 +688,55 @@ void TestKeras::badTokenizers()
     QVERIFY(!renamed.empty() && renamed != "start" && renamed != "end");
     index["<pad>"] = 7;
     index.erase(renamed);
-    reserved["config"]["word_index"] = index.dump();
+    setWordIndex(reserved, index);
     writeBytes(dir + "reserved.json", reserved.dump());
     expectError(dir + "reserved.json", "'<pad>'");
     // Another model's tokenizer: ids past the model's embedding, no num_words to cap them.
     json other = t;
     json wider = json::parse(t["config"]["word_index"].get<std::string>());
     wider["elsewhere"] = 9999;
-    other["config"]["word_index"] = wider.dump();
+    setWordIndex(other, wider);
     other["config"]["num_words"] = nullptr;
     writeBytes(dir + "other-model.json", other.dump());
     expectError(dir + "other-model.json", "reaches id 9999");
+    // index_word (ids to words, what Keras' sequences_to_texts reads) must say what word_index
+    // says: a file where they part would chat through other words than Keras does.
+    const json reverse = json::parse(t["config"]["index_word"].get<std::string>());
+    QCOMPARE(reverse.size(), index.size());
+    for (const auto& [edit, fragment] : std::vector<std::pair<std::function<void(json&)>, std::string>> {
+             { [](json& r) { r["5"] = "elsewhere"; },
+                 "config.index_word and config.word_index disagree: index_word gives id 5 to 'elsewhere', "
+                 "word_index to 'the'" },
+             { [](json& r) { r["9999"] = "x"; },
+                 "index_word gives id 9999 to 'x', word_index to no word" },
+             { [](json& r) { r.erase("5"); }, "disagree: " },
+             { [](json& r) { r["five"] = "the"; }, "config.index_word has the key 'five'" },
+             { [](json& r) { r["0"] = "the"; }, "config.index_word has the key '0'" },
+             { [](json& r) { r["5"] = 5; }, "config.index_word['5'] is not a word" },
+             { [](json& r) { r = json::array(); }, "config.index_word must be an object" } }) {
+        json parted = t;
+        json r = reverse;
+        edit(r);
+        parted["config"]["index_word"] = r.dump();
+        writeBytes(dir + "parted.json", parted.dump());
+        expectError(dir + "parted.json", fragment);
+    }
+    // As a plain object (not a JSON string inside JSON), and absent, it reads as before.
+    json plain = t;
+    plain["config"]["index_word"] = reverse;
+    writeBytes(dir + "plain.json", plain.dump());
+    json absent = t;
+    absent["config"].erase("index_word");
+    writeBytes(dir + "absent.json", absent.dump());
+    std::vector<std::string> vocabularies;
+    for (const char* name : { "plain", "absent" }) {
+        KerasImportOptions opt;
+        opt.model = kFixtures + "recipe.keras";
+        opt.tokenizer = dir + name + ".json";
+        importKeras(opt, dir + name + "-run");
+        vocabularies.push_back(readBytes(dir + name + "-run/vocab.json"));
+    }
+    QCOMPARE(vocabularies[0], vocabularies[1]);
 }
 
 QTEST_GUILESS_MAIN(TestKeras)

@@ -1074,7 +1074,7 @@ KerasTokenizer readTokenizerJson(const std::string& path)
         if (!c.contains(key))
             return json();
         const json& v = c[key];
-        if (v.is_string() && (key == std::string("word_index")))
+        if (v.is_string() && (key == std::string("word_index") || key == std::string("index_word")))
             return parseJson(v.get<std::string>(), path, std::string("config.") + key);
         return v;
     };
@@ -1129,6 +1129,36 @@ KerasTokenizer readTokenizerJson(const std::string& path)
         if (!t.words[k].empty())
             throw Error(path, 0, "config.word_index gives index " + std::to_string(k) + " to two words");
         t.words[k] = w;
+    }
+    // index_word is what Keras' sequences_to_texts reads (ids back to words), word_index what
+    // texts_to_sequences reads. to_json() writes both from one dictionary; a file where they part
+    // (edited by hand, or pieced from two tokenizers) would chat through other words than Keras.
+    const json reverse = field("index_word");
+    if (!reverse.is_null()) {
+        if (!reverse.is_object())
+            throw Error(path, 0, "config.index_word must be an object of ids and words");
+        for (const auto& [k, w] : reverse.items()) {
+            const bool digits = !k.empty() && k.size() <= 8
+                && std::all_of(k.begin(), k.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+            const int64_t id = digits ? std::stoll(k) : -1;
+            if (id < 1 || id > kMaxDim)
+                throw Error(path, 0, "config.index_word has the key '" + printable(k).substr(0, 40)
+                        + "'; its keys are ids between 1 and 2^24");
+            if (!w.is_string())
+                throw Error(path, 0, "config.index_word['" + k + "'] is not a word (a string)");
+            const std::string& word = w.get_ref<const std::string&>();
+            if (static_cast<size_t>(id) >= t.words.size() || t.words[static_cast<size_t>(id)] != word)
+                throw Error(path, 0,
+                    "config.index_word and config.word_index disagree: index_word gives id " + k + " to '"
+                        + printable(word).substr(0, 40) + "', word_index "
+                        + (static_cast<size_t>(id) < t.words.size() && !t.words[static_cast<size_t>(id)].empty()
+                                ? "to '" + printable(t.words[static_cast<size_t>(id)]).substr(0, 40) + "'"
+                                : std::string("to no word")));
+        }
+        if (reverse.size() != index.size())
+            throw Error(path, 0,
+                "config.index_word and config.word_index disagree: " + std::to_string(reverse.size()) + " ids against "
+                    + std::to_string(index.size()) + " words");
     }
     return t;
 }
