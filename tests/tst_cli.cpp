@@ -413,6 +413,12 @@ void TestCli::badArguments()
     const Run full = shell("exec \"$1\" chat --run \"$2\" --once hello > /dev/full");
     QCOMPARE(full.code, 1);
     QVERIFY2(full.err.contains("could not be written to standard output (No space left on device)"), qPrintable(full.err));
+    // A write that failed before the last flush (stats flushes each line): its reason, kept when
+    // it failed (by the end errno held another call's: "No such file or directory").
+    const Run earlier = shell("exec \"$1\" corpus stats \"$2/../unseen/chat.yml\" > /dev/full");
+    QCOMPARE(earlier.code, 1);
+    QVERIFY2(earlier.err.contains("could not be written to standard output (No space left on device)"),
+        qPrintable(earlier.err));
     const Run closed = shell("exec \"$1\" chat --run \"$2\" --once hello >&-");
     QCOMPARE(closed.code, 1);
     QVERIFY2(closed.err.contains("could not be written to standard output (it was closed)"), qPrintable(closed.err));
@@ -617,6 +623,17 @@ void TestCli::corruptRunFilesAndTwoWriters()
     const Run cut = cli({ "chat", "--run", run, "--once", "hello" });
     QCOMPARE(cut.code, 0); // the older checkpoint kept beside it answers, and that is said
     QVERIFY2(cut.err.contains(ckpt) && cut.err.contains("fell back to ckpt-00000000.pt"), qPrintable(cut.err));
+    // The older checkpoint and its state copied in from another run (another vocabulary's
+    // fingerprint): not this run's fallback; the newest checkpoint's error stands.
+    const QByteArray olderState = testutil::readFile(run + "/ckpt-00000000.json");
+    QVERIFY(olderState.contains("\"vocab_fingerprint\": \""));
+    QJsonObject foreign = QJsonDocument::fromJson(olderState).object();
+    foreign["vocab_fingerprint"] = "0123456789abcdef";
+    testutil::writeFile(m_dir, "hurt/ckpt-00000000.json", QJsonDocument(foreign).toJson());
+    const Run notOurs = cli({ "chat", "--run", run, "--once", "hello" });
+    QCOMPARE(notOurs.code, 1);
+    QVERIFY2(notOurs.err.contains(ckpt) && !notOurs.err.contains("fell back"), qPrintable(notOurs.err));
+    testutil::writeFile(m_dir, "hurt/ckpt-00000000.json", olderState);
     testutil::writeFile(m_dir, "hurt/ckpt-00000000.pt", "garbage");
     const Run none = cli({ "chat", "--run", run, "--once", "hello" });
     QCOMPARE(none.code, 1);
@@ -639,6 +656,14 @@ void TestCli::corruptRunFilesAndTwoWriters()
         QCOMPARE(other.code, 1);
         QVERIFY2(other.err.contains("was saved with another vocabulary than vocab.json holds"), qPrintable(other.err));
     }
+    // With state.json gone, the state read is the newest checkpoint's own, and the error names it.
+    const QByteArray state = testutil::readFile(run + "/state.json");
+    QVERIFY(QFile::remove(run + "/state.json"));
+    const Run withoutState = cli({ "chat", "--run", run, "--once", "hello" });
+    QCOMPARE(withoutState.code, 1);
+    const QString newestState = ckpt.left(ckpt.size() - 3) + ".json: was saved with another vocabulary";
+    QVERIFY2(withoutState.err.contains(newestState), qPrintable(withoutState.err));
+    testutil::writeFile(m_dir, "hurt/state.json", state);
     testutil::writeFile(m_dir, "hurt/vocab.json", vocab);
     QCOMPARE(cli({ "chat", "--run", run, "--once", "hello" }).code, 0);
 

@@ -1435,8 +1435,10 @@ void TestModel::pruningKeepsTheRunsOwnCheckpoints()
     // and its state left the state file for good.
     SavedRun saved;
     auto& [dir, run, s, st] = saved;
+    // A stray, a state whose checkpoint is gone, and a file of the user's not named as chatbench
+    // names checkpoints (8 digits or more), which stays.
     for (const auto& [name, bytes] : { std::pair { "ckpt-00000099.pt", "junk" },
-             std::pair { "ckpt-00000001.json", "{}" } }) { // a stray, and a state whose checkpoint is gone
+             std::pair { "ckpt-00000001.json", "{}" }, std::pair { "ckpt-0001.json", "{}" } }) {
         QFile f(dir.filePath(name));
         QVERIFY(f.open(QIODevice::WriteOnly) && f.write(bytes) > 0);
     }
@@ -1447,7 +1449,7 @@ void TestModel::pruningKeepsTheRunsOwnCheckpoints()
     QStringList left = QDir(dir.path()).entryList({ "ckpt-*" }, QDir::Files, QDir::Name);
     QCOMPARE(left,
         QStringList({ "ckpt-00000004.json", "ckpt-00000004.pt", "ckpt-00000005.json", "ckpt-00000005.pt",
-            "ckpt-00000099.pt" }));
+            "ckpt-00000099.pt", "ckpt-0001.json" }));
     // The fallback is there: the newest cut short, the one before it loads.
     std::filesystem::resize_file(run + "/ckpt-00000005.pt", 100);
     std::string fellBack;

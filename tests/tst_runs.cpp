@@ -520,15 +520,28 @@ void TestRuns::oneWriterPerRun()
 {
     QTemporaryDir dir;
     const std::string run = dir.path().toStdString();
-    // Temporary files of writers killed mid-save, and files that must stay.
+    // Temporary files of writers killed mid-save (named as before the writer's process was in
+    // the name, and as now), and files that must stay: among them an export into the run folder
+    // that a live process (this one) is writing.
+    const pid_t ended = ::fork();
+    if (ended == 0)
+        ::_exit(0);
+    QVERIFY(ended > 0 && ::waitpid(ended, nullptr, 0) == ended);
+    const QString dead = QString(".ckpt-00000041.pt.tmp-%1-5").arg(ended);
+    const QString exporting = QString(".report.json.tmp-%1-6").arg(QCoreApplication::applicationPid());
     testutil::writeFile(dir, ".ckpt-00000040.pt.tmp-1234567", QByteArray(1000, 'x'));
     testutil::writeFile(dir, ".state.json.tmp-42", "{");
+    testutil::writeFile(dir, dead, "{");
+    testutil::writeFile(dir, ".best-00000040.pt.tmp-best", "{");
+    testutil::writeFile(dir, exporting, "{");
     testutil::writeFile(dir, "ckpt-00000020.pt", "keep");
     testutil::writeFile(dir, "notes.tmp-1", "keep: not one of ours");
     {
         const RunLock first(run);
-        QVERIFY(!QFile::exists(dir.filePath(".ckpt-00000040.pt.tmp-1234567")));
-        QVERIFY(!QFile::exists(dir.filePath(".state.json.tmp-42")));
+        for (const QString& removed : { QString(".ckpt-00000040.pt.tmp-1234567"), QString(".state.json.tmp-42"), dead,
+                 QString(".best-00000040.pt.tmp-best") })
+            QVERIFY2(!QFile::exists(dir.filePath(removed)), qPrintable(removed));
+        QVERIFY(QFile::exists(dir.filePath(exporting)));
         QVERIFY(QFile::exists(dir.filePath("ckpt-00000020.pt")));
         QVERIFY(QFile::exists(dir.filePath("notes.tmp-1")));
         // A second writer (another open of the lock file: flock locks conflict even in one process).
@@ -950,11 +963,17 @@ void TestRuns::outputTempFilesDoNotOutliveTheirWriter()
     const QString dead = dir.filePath(QString(".out.tsv.tmp-%1-7").arg(ended));
     const QString live = dir.filePath(QString(".out.tsv.tmp-%1-8").arg(QCoreApplication::applicationPid()));
     const QString other = dir.filePath(QString(".other.tsv.tmp-%1-9").arg(ended));
-    for (const QString& f : { dead, live, other })
+    // Names that only start like one: a user's file, and the temporary file of an output named
+    // "out.tsv.tmp-<pid>-x" (its writer is the last number).
+    const QString users = dir.filePath(QString(".out.tsv.tmp-%1-old").arg(ended));
+    const QString longer = dir.filePath(
+        QString(".out.tsv.tmp-%1-x.tmp-%2-3").arg(ended).arg(QCoreApplication::applicationPid()));
+    for (const QString& f : { dead, live, other, users, longer })
         testutil::writeFile(dir, QFileInfo(f).fileName(), "partial");
     writeOutputFile(out, "a\tb\n");
     QVERIFY(!QFileInfo::exists(dead));
-    QVERIFY(QFileInfo::exists(live) && QFileInfo::exists(other));
+    for (const QString& f : { live, other, users, longer })
+        QVERIFY2(QFileInfo::exists(f), qPrintable(f));
 
     // A signal's handler removes the file being written (the CLI calls this before it exits).
     std::string seen;

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -30,11 +31,67 @@ std::string printableLines(std::string_view text)
     }
 }
 
+// Standard output's stream buffer, passed through, keeping the reason of the first write that
+// failed: by the end of the command errno holds another call's (a failed line flushed with
+// std::endl read "No such file or directory").
+class FailureKeepingBuffer : public std::streambuf {
+public:
+    explicit FailureKeepingBuffer(std::streambuf* inner)
+        : m_inner(inner)
+    {
+    }
+    int firstFailure() const { return m_failure; }
+
+protected:
+    int_type overflow(int_type c) override
+    {
+        if (traits_type::eq_int_type(c, traits_type::eof()))
+            return traits_type::not_eof(c);
+        errno = 0;
+        const int_type r = m_inner->sputc(traits_type::to_char_type(c));
+        if (traits_type::eq_int_type(r, traits_type::eof()))
+            keep();
+        return r;
+    }
+    std::streamsize xsputn(const char* s, std::streamsize n) override
+    {
+        errno = 0;
+        const std::streamsize r = m_inner->sputn(s, n);
+        if (r < n)
+            keep();
+        return r;
+    }
+    int sync() override
+    {
+        errno = 0;
+        const int r = m_inner->pubsync();
+        if (r != 0)
+            keep();
+        return r;
+    }
+
+private:
+    void keep()
+    {
+        if (m_failure == 0)
+            m_failure = errno != 0 ? errno : EIO;
+    }
+    std::streambuf* m_inner;
+    int m_failure = 0;
+};
+
 } // namespace
 
 int main(int argc, char** argv)
 {
     chatbench::prepareProcess(); // before anything starts CUDA
+    std::streambuf* const stdoutBuffer = std::cout.rdbuf();
+    FailureKeepingBuffer out(stdoutBuffer);
+    std::cout.rdbuf(&out);
+    struct Restore { // before `out` goes: std::cout is flushed again at exit
+        std::streambuf* buffer;
+        ~Restore() { std::cout.rdbuf(buffer); }
+    } restore { stdoutBuffer };
     CLI::App app { "chatbench-cli — train LSTM seq2seq chatbots and see the encoder→decoder state handoff" };
     app.require_subcommand(1);
     app.set_version_flag("--version", "chatbench 0.1.0");
@@ -92,9 +149,16 @@ int main(int argc, char** argv)
     // What was printed must have arrived: a reply written to a full disk (> /dev/full) or a closed
     // standard output is an error, not exit status 0.
     std::cout.flush();
-    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) || chatbench::startcheck::stdoutWasClosed()) {
+    int reason = out.firstFailure();
+    errno = 0;
+    if (std::fflush(stdout) != 0 && reason == 0)
+        reason = errno;
+    if (!std::cout || std::ferror(stdout) || chatbench::startcheck::stdoutWasClosed()) {
         std::cerr << "error: the output could not be written to standard output ("
-                  << (chatbench::startcheck::stdoutWasClosed() ? "it was closed" : std::strerror(errno)) << ")\n";
+                  << (chatbench::startcheck::stdoutWasClosed() ? std::string("it was closed")
+                             : reason != 0 ? std::string(std::strerror(reason))
+                                           : std::string("a write failed; is the disk full?"))
+                  << ")\n";
         return exitCode != 0 ? exitCode : 1;
     }
     return exitCode;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 #include <signal.h>
+#include <string_view>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -62,6 +63,26 @@ int registerPending(const std::string& tmp)
 
 } // namespace
 
+namespace {
+
+// "<pid>-<n>" (digits, a dash, digits, nothing else): the process; -1 for anything else (a user's
+// ".out.tmp-1-old", another output's ".out.tmp-1-x.tmp-…", names from before the process was in them).
+pid_t writerOf(std::string_view rest)
+{
+    const size_t dash = rest.find('-');
+    const auto digits = [](std::string_view s) {
+        return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+    };
+    if (dash == std::string_view::npos || dash > 9 || !digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1)))
+        return -1;
+    return static_cast<pid_t>(std::stol(std::string(rest.substr(0, dash))));
+}
+
+// Alive, or not ours to tell (another user's: EPERM).
+bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH); }
+
+} // namespace
+
 void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix)
 {
     std::error_code ec;
@@ -69,15 +90,18 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
         const std::string name = it->path().filename().string();
         if (name.rfind(prefix, 0) != 0)
             continue;
-        const size_t dash = name.find('-', prefix.size());
-        const std::string pid = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
-        if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
-            continue; // not one of these, or from before names held the process
-        if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == -1 && errno == ESRCH) {
+        const pid_t pid = writerOf(std::string_view(name).substr(prefix.size()));
+        if (pid > 0 && !alive(pid)) {
             std::error_code e2;
             fs::remove(it->path(), e2);
         }
     }
+}
+
+bool tempFileWriterIsAlive(const std::string& fileName)
+{
+    const size_t at = fileName.rfind(".tmp-");
+    return at != std::string::npos && alive(writerOf(std::string_view(fileName).substr(at + 5)));
 }
 
 namespace {

@@ -15,5 +15,9 @@ void writeFileAtomic(const std::string& path, const std::function<void(const std
 // were killed left (writeFileAtomic's temporary files, the Keras reader's copies of weights).
 // A live process' file stays.
 void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix);
+// For a temporary file's name (".<name>.tmp-<pid>-<n>", writeFileAtomic's): whether the process
+// writing it is alive. False for a dead writer's file, and for names from before the process was
+// in them (".<name>.tmp-<n>") or of another shape.
+bool tempFileWriterIsAlive(const std::string& fileName);
 
 } // namespace chatbench

@@ -107,7 +107,7 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     impl->model->to(impl->device);
     if (weights == Weights::Best) {
         const RunState best = loadBestCheckpoint(runDir, impl->model);
-        checkRunVocabulary(bestStatePath(runDir), impl->tok, best);
+        checkRunVocabulary(impl->tok, best);
         impl->step = best.step;
         try {
             impl->corpusFingerprint = loadState(runDir).corpusFingerprint;
@@ -120,8 +120,9 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     // state.json named is gone by the time we open it, read state.json again.
     for (int attempt = 0;; ++attempt) {
         std::string recovered;
-        const RunState state = loadState(runDir, &recovered);
-        checkRunVocabulary(statePath(runDir), impl->tok, state);
+        RunState state = loadState(runDir, &recovered);
+        checkRunVocabulary(impl->tok, state);
+        state.vocabFingerprint = vocabularyFingerprint(impl->tok); // a fallback must match it
         try {
             std::string fellBack;
             impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;

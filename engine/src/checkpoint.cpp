@@ -105,7 +105,7 @@ void saveCheckpoint(
     // before): removed, up to this step.
     for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (name.size() < 14 || !name.starts_with("ckpt-") || !name.ends_with(".json")
+        if (name.size() < 18 || !name.starts_with("ckpt-") || !name.ends_with(".json")
             || name.find_first_not_of("0123456789", 5) != name.size() - 5)
             continue;
         const std::string checkpoint = name.substr(0, name.size() - 5) + ".pt";
@@ -316,7 +316,10 @@ RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, 
                 continue;
             try {
                 RunState s = loadStateFile(statePath);
-                if (s.checkpoint != older || s.step > state.step)
+                // Another run's state and checkpoint copied in beside this run's are not its fallback.
+                if (s.checkpoint != older || s.step > state.step
+                    || (s.vocabFingerprint != 0 && state.vocabFingerprint != 0
+                        && s.vocabFingerprint != state.vocabFingerprint))
                     continue;
                 loadCheckpoint(runDir, s, model, optimizer);
                 if (note)

@@ -22,7 +22,8 @@ void loadCheckpoint(
     const std::string& runDir, const RunState& state, Seq2Seq& model, torch::optim::Optimizer* optimizer);
 // loadCheckpoint, falling back to the newest older checkpoint that loads when the state's own is
 // corrupt or missing; returns the state that goes with the checkpoint loaded. `note` (when given)
-// says what was fallen back from and to; empty when the state's own checkpoint loaded.
+// says what was fallen back from and to; empty when the state's own checkpoint loaded. An older
+// state saved with another vocabulary than `state`'s (both recorded) is not fallen back to.
 RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, Seq2Seq& model,
     torch::optim::Optimizer* optimizer, std::string* note);
 

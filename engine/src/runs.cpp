@@ -380,6 +380,7 @@ RunState loadStateFile(const std::string& path)
             inconsistent("'history[" + std::to_string(i) + "]' (epoch " + std::to_string(m.epoch) + ", step "
                 + std::to_string(m.step) + ") is out of order or past 'step' " + std::to_string(s.step));
     }
+    s.file = path;
     return s;
 }
 
@@ -411,12 +412,14 @@ RunLock::RunLock(const std::string& runDir)
     const std::string me = std::to_string(::getpid()) + "\n";
     if (::ftruncate(m_fd, 0) == 0)
         (void)!::pwrite(m_fd, me.data(), me.size(), 0);
-    // Holding the lock, no other writer is mid-save: any temporary file here was left by a
-    // writer that died (see writeFileAtomic's names: ".<file>.tmp-<n>").
+    // Holding the lock, no other writer of the run is mid-save: a temporary file here was left by
+    // a writer that died, unless a live process is writing it (an export a user sent into the run
+    // folder: writeFileAtomic's names hold the writer, ".<file>.tmp-<pid>-<n>").
     std::error_code ec;
     for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos) {
+        if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos
+            && !tempFileWriterIsAlive(name)) {
             std::error_code e2;
             fs::remove(it->path(), e2);
         }
@@ -461,10 +464,10 @@ uint64_t vocabularyFingerprint(const Tokenizer& tok)
     return f.value();
 }
 
-void checkRunVocabulary(const std::string& stateFile, const Tokenizer& tok, const RunState& state)
+void checkRunVocabulary(const Tokenizer& tok, const RunState& state)
 {
     if (state.vocabFingerprint != 0 && state.vocabFingerprint != vocabularyFingerprint(tok))
-        throw Error(stateFile, 0,
+        throw Error(state.file, 0,
             "was saved with another vocabulary than vocab.json holds: this state and its checkpoint ("
                 + printable(state.checkpoint)
                 + ") belong to another run (copied in?); put back this run's own files, or chat with that run");

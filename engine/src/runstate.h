@@ -37,6 +37,7 @@ struct RunState {
     // The settings the run started with (recipeJson in config.h); empty in runs older than it.
     std::string recipe;
     std::vector<EpochMetrics> history;
+    std::string file; // the file this state was read from (not saved; empty for one built here)
 };
 
 std::string configPath(const std::string& runDir);
@@ -73,10 +74,10 @@ struct TrainConfig;
 void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const TrainConfig& cfg, bool size);
 // text::Fingerprint of the words in id order.
 uint64_t vocabularyFingerprint(const Tokenizer& tok);
-// An Error naming `stateFile` when `state` was saved with another vocabulary than `tok` (a state
+// An Error naming the state's file when `state` was saved with another vocabulary than `tok` (a state
 // and its checkpoints copied in from another run of the same sizes answered through this run's
 // words, without a word); nothing when the state recorded none.
-void checkRunVocabulary(const std::string& stateFile, const Tokenizer& tok, const RunState& state);
+void checkRunVocabulary(const Tokenizer& tok, const RunState& state);
 
 // For a new run (training or an import) in `runDir`, before its lock is taken and again under it:
 // refuses a folder that holds

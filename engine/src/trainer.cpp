@@ -483,7 +483,7 @@ TrainResult resume(
     // copied in from another run were "the corpus differs" otherwise).
     s.tok = Tokenizer::load(vocabPath(runDir));
     checkRunTokenizer(runDir, s.tok, s.cfg, /*size=*/false);
-    checkRunVocabulary(statePath(runDir), s.tok, s.state);
+    checkRunVocabulary(s.tok, s.state);
     s.state.vocabFingerprint = vocabularyFingerprint(s.tok); // runs older than it record it from now
     const std::string recipe = recipeJson(s.cfg);
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
@@ -550,6 +550,7 @@ TrainResult resume(
     const bool finished = s.state.finished;
     s.state = loadUsableCheckpoint(runDir, s.state, s.step.model, s.step.optimizer.get(), &fellBack);
     if (!fellBack.empty()) {
+        s.state.vocabFingerprint = vocabularyFingerprint(s.tok); // as above: recorded from now
         log(cb, fellBack);
         s.state.finished = finished && s.state.epoch >= s.cfg.epochs;
     }
