@@ -176,6 +176,20 @@ void TestBench::settingsRestoredWhenCancelledOrThrown()
         failed.notes.back().c_str());
     QVERIFY(settingsAreBack());
     QVERIFY(at::globalContext().allowTF32CuDNN(at::Float32Op::RNN));
+
+    // Thread counts past training's limit are refused before a pool is made (the window's
+    // Compare took 5000: as many threads on two cores).
+    for (int threads : { 1025, 5000, -1 }) {
+        BenchConfig many = cfg;
+        many.threads = { 1, threads };
+        try {
+            (void)runBench(many, corpus, {});
+            QFAIL("a thread count past 1024 was run");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("CPU threads must be 0..1024") != std::string::npos, e.what());
+        }
+        QVERIFY(settingsAreBack());
+    }
 }
 
 // On a GPU one precision may run out of memory or miss a kernel; the report keeps every other

@@ -35,6 +35,7 @@
 #include <QScrollBar>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableView>
@@ -45,7 +46,12 @@
 #include <algorithm>
 #include <memory>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <csignal>
+#include <filesystem>
+#include <functional>
 
 using namespace chatbench;
 
@@ -93,6 +99,9 @@ private Q_SLOTS:
     void curvesSurviveStopResumeAndReopen();
     void rapidTrainStopResumeCycles();
     void settingsPersist();
+    void exportsAreWholeOrRefused();
+    void failedTrainingSaysWhy();
+    void fallbackIsSaidInTheWindow();
     void chartsKeepAllDataInView();
     void bestEpochMarkedAndOverfittingShown();
     void bestWeightsSelectableInChat();
@@ -713,6 +722,12 @@ void TestUi::compareRunsBenchmarkHere()
     const int before = compare->sources().size();
     QSignalSpy rows(engine, &EngineController::benchRow);
     QSignalSpy finished(engine, &EngineController::benchFinished);
+    // 5000 threads made as many on two cores (found by an outside pass): refused in the form.
+    compare->setThreads("1,5000");
+    compare->runButton()->click();
+    QVERIFY(compare->runButton()->isEnabled() && !engine->isBenchmarking());
+    QVERIFY2(compare->errorLabel()->text().contains("from 0 to 1024"), qPrintable(compare->errorLabel()->text()));
+    compare->setThreads("0");
     compare->runButton()->click();
     QVERIFY(!compare->runButton()->isEnabled());
     QVERIFY(finished.wait(180000));
@@ -1060,6 +1075,101 @@ void TestUi::rapidTrainStopResumeCycles()
     for (size_t i = 0; i < steps.size(); ++i)
         QCOMPARE(steps[i].step, static_cast<int64_t>(i + 1));
     QCOMPARE(Chatbot::load(run.toStdString()).step(), steps.empty() ? int64_t(0) : steps.back().step);
+}
+
+void TestUi::exportsAreWholeOrRefused()
+{
+    // Found by an outside pass: the curves' and charts' exports opened the path themselves. A pipe
+    // there froze the window until someone read it; a full disk left "exported" over an empty CSV,
+    // and a PNG cut short, where the old file had been.
+    LivePlot plot;
+    for (int i = 1; i <= 50; ++i)
+        plot.addStep({ 0, i, 5.0 - i * 0.05, 1000.0, i * 0.1 });
+    auto* compare = m_window->compareView();
+    const QString fifo = m_dir.filePath("export-fifo.png");
+    QVERIFY(::mkfifo(fifo.toLocal8Bit().constData(), 0600) == 0);
+    QElapsedTimer clock;
+    clock.start();
+    for (const auto& [name, write] : std::vector<std::pair<QString, std::function<bool(QString*)>>> {
+             { "curves png", [&](QString* why) { return plot.exportImage(fifo, why); } },
+             { "curves csv", [&](QString* why) { return plot.exportCsv(fifo, why); } },
+             { "charts png", [&](QString* why) { return compare->exportCharts(fifo, why); } } }) {
+        QString why;
+        QVERIFY2(!write(&why), qPrintable(name));
+        QVERIFY2(why.contains(fifo) && why.contains("not a regular file"), qPrintable(name + ": " + why));
+    }
+    QVERIFY(clock.elapsed() < 10000);
+    // A full disk (a file-size limit stands in for it): the export fails with the reason and the
+    // file that was there stays whole.
+    const QString csv = m_dir.filePath("export-old.csv"), png = m_dir.filePath("export-old.png");
+    testutil::writeFile(m_dir, "export-old.csv", "the old curves\n");
+    testutil::writeFile(m_dir, "export-old.png", "the old chart\n");
+    struct rlimit before {};
+    QVERIFY(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    const auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = before;
+    small.rlim_cur = 256;
+    QVERIFY(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    QString csvWhy, pngWhy;
+    const bool csvWritten = plot.exportCsv(csv, &csvWhy), pngWritten = plot.exportImage(png, &pngWhy);
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, oldHandler);
+    QVERIFY(!csvWritten && !pngWritten);
+    QVERIFY2(csvWhy.contains(csv) && csvWhy.contains("File too large"), qPrintable(csvWhy));
+    QVERIFY2(!pngWhy.isEmpty(), qPrintable(pngWhy));
+    QCOMPARE(testutil::readFile(csv), QByteArray("the old curves\n"));
+    QCOMPARE(testutil::readFile(png), QByteArray("the old chart\n"));
+    // With room, each is written whole: the CSV holds every step, the images are images.
+    QVERIFY(plot.exportCsv(csv) && plot.exportImage(png));
+    QCOMPARE(testutil::readFile(csv).count('\n'), 51);
+    QVERIFY(testutil::readFile(png).startsWith("\x89PNG"));
+    const QString pdf = m_dir.filePath("export-old.pdf");
+    QVERIFY(plot.exportImage(pdf));
+    QVERIFY(testutil::readFile(pdf).startsWith("%PDF"));
+    QVERIFY(QDir(m_dir.path()).entryList({ ".*tmp-*" }, QDir::Files | QDir::Hidden).isEmpty());
+}
+
+void TestUi::failedTrainingSaysWhy()
+{
+    // A training that failed ended with "stopped after 0 epoch(s), 0 steps in 0.0 s" under the
+    // buttons (found by an outside pass), the reason only in the status bar for 15 s.
+    auto* train = m_window->trainView();
+    QVERIFY(ensureCorpus());
+    const QString runs = train->runsDir();
+    testutil::writeFile(m_dir, "runs-is-a-file", "not a folder");
+    train->setRunsDir(m_dir.filePath("runs-is-a-file"));
+    train->setConfig(smallConfig(1));
+    QSignalSpy finished(m_window->engine(), &EngineController::trainingFinished);
+    train->trainButton()->click();
+    QVERIFY(finished.wait(60000));
+    train->setRunsDir(runs);
+    QVERIFY2(train->progressText().startsWith("failed: ") && train->progressText().contains("runs-is-a-file")
+            && !train->progressText().contains("0 epoch(s)"),
+        qPrintable(train->progressText()));
+}
+
+void TestUi::fallbackIsSaidInTheWindow()
+{
+    // The CLI said "fell back to ckpt-…" for a run whose newest checkpoint is damaged; the window
+    // opened it without a word, and a Resume from there would drop the epochs after it.
+    TrainConfig cfg = smallConfig(2);
+    cfg.checkpointEverySteps = 0;
+    const std::string dir = m_dir.filePath("runs/fallback").toStdString();
+    train(cfg, loadCorpus(kCorpus), dir);
+    const auto checkpoints = QDir(QString::fromStdString(dir)).entryList({ "ckpt-*.pt" }, QDir::Files, QDir::Name);
+    QVERIFY2(checkpoints.size() >= 2, qPrintable(checkpoints.join(", ")));
+    std::filesystem::resize_file(dir + "/" + checkpoints.last().toStdString(), 1000);
+    QSignalSpy opened(m_window->engine(), &EngineController::runLoaded);
+    m_window->engine()->loadRun(QString::fromStdString(dir));
+    QVERIFY(opened.wait(30000));
+    const QString note = opened.first().at(0).value<RunSummary>().note;
+    QVERIFY2(note.contains("fell back to " + checkpoints.at(checkpoints.size() - 2)), qPrintable(note));
+    bool shown = false;
+    for (const QLabel* label : m_window->chatView()->findChildren<QLabel*>())
+        shown = shown || (label->text().startsWith("note: ") && label->text().contains("fell back to"));
+    QVERIFY(shown);
+    QVERIFY2(m_window->statusBar()->currentMessage().contains("fell back to"),
+        qPrintable(m_window->statusBar()->currentMessage()));
 }
 
 void TestUi::settingsPersist()

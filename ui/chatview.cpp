@@ -229,6 +229,8 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
         addNote(tr("now chatting with %1 (%2, step %3)")
                     .arg(QFileInfo(r.runDir).fileName(), r.bestLoaded ? tr("best weights") : tr("latest checkpoint"))
                     .arg(r.step));
+        if (!r.note.isEmpty()) // a resume from here continues from these weights, not the newest
+            addNote(tr("note: %1").arg(r.note));
     });
     connect(m_weights, &QComboBox::activated, this, [this](int index) {
         if (!m_runDir.isEmpty() && !m_engine->isTraining())

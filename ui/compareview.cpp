@@ -1,11 +1,12 @@
 #include "compareview.h"
 
 #include "chatbench/error.h"
-#include "chatbench/outputfile.h"
 #include "enginecontroller.h"
+#include "exportfile.h"
 #include "plotaxes.h"
 #include "qcp.h"
 
+#include <QBuffer>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -30,6 +31,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -283,9 +285,9 @@ CompareView::CompareView(EngineController* engine, QWidget* parent)
         connect(kind == "png" ? chartsPng : chartsPdf, &QPushButton::clicked, this, [this, kind] {
             const QString path = QFileDialog::getSaveFileName(
                 this, tr("Export charts"), "compare." + kind, kind.toUpper() + " (*." + kind + ")");
+            QString why;
             if (!path.isEmpty())
-                Q_EMIT status(
-                    exportCharts(path) ? tr("charts written to %1").arg(path) : tr("could not write %1").arg(path));
+                Q_EMIT status(exportCharts(path, &why) ? tr("charts written to %1").arg(path) : why);
         });
     }
     connect(m_saved, &QListWidget::itemDoubleClicked, this,
@@ -424,6 +426,11 @@ void CompareView::setBatchSizes(const QString& list)
     m_batches->setText(list);
 }
 
+void CompareView::setThreads(const QString& list)
+{
+    m_threads->setText(list);
+}
+
 void CompareView::setRaceEpochs(int epochs)
 {
     m_raceEpochs->setValue(epochs);
@@ -443,8 +450,9 @@ void CompareView::runLocal()
     QString problem;
     if (!ok || batches.isEmpty() || batches.contains(0))
         problem = tr("Batch sizes: give positive whole numbers separated by commas, e.g. 1,16,64.");
-    else if (parseInts(m_threads->text(), &ok), !ok)
-        problem = tr("CPU threads: give whole numbers separated by commas (0 = default).");
+    else if (const QList<int> threads = parseInts(m_threads->text(), &ok);
+             !ok || std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1024; }))
+        problem = tr("CPU threads: give whole numbers from 0 to 1024 separated by commas (0 = default).");
     else if (c.devices.empty())
         problem = tr("Tick at least one device.");
     else if (c.precisions.empty())
@@ -496,32 +504,36 @@ bool CompareView::exportReport(const QString& path, QString* why) const
             *why = tr("no report to export: select one in the list");
         return false;
     }
-    try {
-        writeOutputFile(path.toStdString(), toJson(m_sources[index].report));
-        return true;
-    } catch (const Error& e) {
-        if (why)
-            *why = tr("could not write the report: %1").arg(QString::fromStdString(e.what()));
-        return false;
-    }
+    return writeExport(path, QByteArray::fromStdString(toJson(m_sources[index].report)), why);
 }
 
-bool CompareView::exportCharts(const QString& path)
+bool CompareView::exportCharts(const QString& path, QString* why)
 {
+    // Drawn in memory, then written whole (a pipe there is refused instead of waited on).
+    QBuffer buffer;
+    buffer.open(QIODevice::WriteOnly);
+    bool drawn = false;
+    const QPixmap pix = m_charts->grab();
     if (path.endsWith(".pdf", Qt::CaseInsensitive)) {
-        QPdfWriter pdf(path);
+        QPdfWriter pdf(&buffer);
         pdf.setPageSize(QPageSize(QPageSize::A4));
         pdf.setPageOrientation(QPageLayout::Landscape);
         QPainter p(&pdf);
-        if (!p.isActive())
-            return false;
-        const QPixmap pix = m_charts->grab();
-        const QRect page = p.viewport();
-        const QSize size = pix.size().scaled(page.size(), Qt::KeepAspectRatio);
-        p.drawPixmap(QRect(QPoint(0, 0), size), pix);
-        return p.end();
+        if (p.isActive()) {
+            const QRect page = p.viewport();
+            const QSize size = pix.size().scaled(page.size(), Qt::KeepAspectRatio);
+            p.drawPixmap(QRect(QPoint(0, 0), size), pix);
+            drawn = p.end();
+        }
+    } else {
+        drawn = pix.save(&buffer, "PNG");
     }
-    return m_charts->grab().save(path);
+    if (!drawn) {
+        if (why)
+            *why = tr("could not draw the charts");
+        return false;
+    }
+    return writeExport(path, buffer.data(), why);
 }
 
 void CompareView::refresh()

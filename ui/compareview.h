@@ -35,6 +35,7 @@ public:
 
     chatbench::BenchConfig config() const;
     void setBatchSizes(const QString& list);
+    void setThreads(const QString& list);
     void setRaceEpochs(int epochs);
     void setRepeats(int repeats);
     // Adds a report file; returns false (and shows the error with file:line) when it is bad.
@@ -42,7 +43,7 @@ public:
     // Writes the selected report (else the newest local one) whole or not at all; false, with the
     // reason in `why`, when there is none or it cannot be written.
     bool exportReport(const QString& path, QString* why = nullptr) const;
-    bool exportCharts(const QString& path); // .png or .pdf
+    bool exportCharts(const QString& path, QString* why = nullptr); // .png or .pdf, whole or not at all
     void addReport(const QString& label, const chatbench::BenchReport& report, bool local);
     // The folder of saved reports (the project's bench/reports): listed in the Reports panel and
     // where the Import dialog opens.

@@ -116,6 +116,7 @@ public:
                 r.best = readBestWeights(runDir.toStdString());
                 r.bestLoaded = best;
                 r.step = bot->step();
+                r.note = QString::fromStdString(bot->note());
                 Q_EMIT snapshot(bot);
                 Q_EMIT runLoaded(r);
             },

@@ -59,6 +59,9 @@ struct RunSummary {
     chatbench::BestWeights best; // the run's best-validation weights, when it has them
     bool bestLoaded = false; // these weights (not the latest checkpoint) were loaded
     qint64 step = 0; // training step of the weights loaded
+    // What loading had to do (an older checkpoint fallen back to, state.json read from a
+    // checkpoint's own state): empty when nothing.
+    QString note;
 };
 
 struct ChatAnswer {

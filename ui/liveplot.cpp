@@ -1,6 +1,7 @@
 #include "liveplot.h"
 
 #include "chatbench/runs.h"
+#include "exportfile.h"
 #include "plotaxes.h"
 #include "qcp.h"
 
@@ -9,7 +10,8 @@
 #include <QFile>
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QSaveFile>
+#include <QDir>
+#include <QTemporaryDir>
 #include <QSlider>
 #include <QTextStream>
 #include <QVBoxLayout>
@@ -391,19 +393,27 @@ int LivePlot::drawnPoints(int graph) const
     return graph < m_loss->graphCount() ? m_loss->graph(graph)->dataCount() : 0;
 }
 
-bool LivePlot::exportImage(const QString& path)
+bool LivePlot::exportImage(const QString& path, QString* why)
 {
-    if (path.endsWith(".pdf", Qt::CaseInsensitive))
-        return m_loss->savePdf(path);
-    return m_loss->savePng(path, 0, 0, 2.0);
+    // QCustomPlot writes only to a path: the chart is rendered into a private temporary folder
+    // and read back, then written where the user chose.
+    const bool pdf = path.endsWith(".pdf", Qt::CaseInsensitive);
+    const QTemporaryDir scratch;
+    const QString rendered = scratch.filePath(pdf ? "chart.pdf" : "chart.png");
+    QFile f(rendered);
+    if (!scratch.isValid() || !(pdf ? m_loss->savePdf(rendered) : m_loss->savePng(rendered, 0, 0, 2.0))
+        || !f.open(QIODevice::ReadOnly)) {
+        if (why)
+            *why = tr("could not render the chart in the temporary folder %1 (full?)").arg(QDir::tempPath());
+        return false;
+    }
+    return writeExport(path, f.readAll(), why);
 }
 
-bool LivePlot::exportCsv(const QString& path)
+bool LivePlot::exportCsv(const QString& path, QString* why)
 {
-    QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly | QIODevice::Text))
-        return false;
-    QTextStream out(&f);
+    QByteArray csv;
+    QTextStream out(&csv);
     out << "kind,step,epoch,wall_seconds,value,extra\n";
     for (const auto& p : m_steps)
         out << "train_step," << p.step << ',' << p.epoch << ',' << p.time << ',' << p.value << ',' << p.extra << '\n';
@@ -411,5 +421,5 @@ bool LivePlot::exportCsv(const QString& path)
         out << "validation_epoch," << p.step << ',' << p.epoch << ',' << p.time << ',' << p.value << ',' << p.extra
             << '\n';
     out.flush();
-    return f.commit();
+    return writeExport(path, csv, why);
 }

@@ -52,8 +52,10 @@ public:
     int bestEpoch() const;
     QString overfittingNote() const;
 
-    bool exportImage(const QString& path); // .png or .pdf
-    bool exportCsv(const QString& path);
+    // The loss chart (.png or .pdf) and every value shown (CSV), written whole or not at all;
+    // false with the reason in `why`.
+    bool exportImage(const QString& path, QString* why = nullptr);
+    bool exportCsv(const QString& path, QString* why = nullptr);
 
 public Q_SLOTS:
     void addStep(const chatbench::StepMetrics& m);

@@ -181,8 +181,10 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     connect(m_engine, &EngineController::runLoaded, this, [this](const RunSummary& r) {
         QSettings().setValue("lastRun", r.runDir);
         statusBar()->showMessage(
-            tr("opened run %1%2").arg(QFileInfo(r.runDir).fileName(), r.bestLoaded ? tr(" (best weights)") : QString()),
-            8000);
+            tr("opened run %1%2%3")
+                .arg(QFileInfo(r.runDir).fileName(), r.bestLoaded ? tr(" (best weights)") : QString(),
+                    r.note.isEmpty() ? QString() : tr("; note: %1").arg(r.note)),
+            r.note.isEmpty() ? 8000 : 30000);
     });
 
     resize(1360, 860);

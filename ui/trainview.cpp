@@ -175,8 +175,9 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
                 this, tr("Export curves"), "curves." + kind.toLower(), kind + " (*." + kind.toLower() + ")");
             if (path.isEmpty())
                 return;
-            const bool ok = kind == "CSV" ? m_plot->exportCsv(path) : m_plot->exportImage(path);
-            Q_EMIT status(ok ? tr("exported %1").arg(path) : tr("could not write %1").arg(path));
+            QString why;
+            const bool ok = kind == "CSV" ? m_plot->exportCsv(path, &why) : m_plot->exportImage(path, &why);
+            Q_EMIT status(ok ? tr("exported %1").arg(path) : why);
         });
     }
     auto* right = new QVBoxLayout;
@@ -226,9 +227,17 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
                            .arg(p.totalSteps)
                            .arg(duration(p.elapsedSeconds), duration(p.etaSeconds)));
     });
+    // A failed training ends with an empty result ("stopped after 0 epoch(s)" although epochs
+    // were saved): its line says the failure instead, which the status bar shows only a while.
+    connect(m_engine, &EngineController::failed, this, [this](const QString& message, EngineController::Job job) {
+        if (job == EngineController::Job::Training)
+            m_failure = message;
+    });
     connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString&) {
         setRunning(false);
-        m_eta->setText(QString::fromStdString(describe(r)));
+        m_eta->setText(m_failure.isEmpty() ? QString::fromStdString(describe(r)) : tr("failed: %1").arg(m_failure));
+        m_eta->setToolTip(m_failure);
+        m_failure.clear();
         refreshRunHistory();
     });
     connect(m_runs, &QListWidget::itemChanged, this, [this](QListWidgetItem* item) {
@@ -397,6 +406,11 @@ void TrainView::updateTf32()
 {
     m_tf32->setEnabled(!m_running && m_device->currentData().toString().startsWith("cuda")
         && m_precision->currentData().toString() == "fp32");
+}
+
+QString TrainView::progressText() const
+{
+    return m_eta->text();
 }
 
 void TrainView::setRunsDir(const QString& dir)

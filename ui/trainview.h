@@ -41,6 +41,7 @@ public:
     QComboBox* deviceBox() const { return m_device; }
     QComboBox* precisionBox() const { return m_precision; }
     QListWidget* runList() const { return m_runs; }
+    QString progressText() const; // the line under the buttons: progress, then how the run ended
 
 public Q_SLOTS:
     void startTraining();
@@ -85,6 +86,7 @@ private:
     QPushButton* m_resume = nullptr;
     QProgressBar* m_progress = nullptr;
     QLabel* m_eta = nullptr;
+    QString m_failure; // why the training in progress failed, said when it finishes
     QListWidget* m_runs = nullptr;
     QString m_runsDir;
     QString m_currentRun;

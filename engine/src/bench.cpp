@@ -442,6 +442,11 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
     for (int b : cfg.batchSizes)
         if (b < 1 || b > 65536)
             throw Error("batch sizes must be 1..65536");
+    // As training's (config.json's threads): 5000 made as many threads on two cores, and a
+    // refused thread creation blocked inside LibTorch's pool for good.
+    for (int t : cfg.threads)
+        if (t < 0 || t > 1024)
+            throw Error("CPU threads must be 0..1024 (0: the default), not " + std::to_string(t));
     BenchReport report;
     report.created = isoNow();
     report.machine = machineInfo();
