@@ -101,6 +101,7 @@ private Q_SLOTS:
     void settingsPersist();
     void exportsAreWholeOrRefused();
     void failedTrainingSaysWhy();
+    void trainWaitsForTheCorpusLoad();
     void fallbackIsSaidInTheWindow();
     void chartsKeepAllDataInView();
     void bestEpochMarkedAndOverfittingShown();
@@ -710,6 +711,16 @@ void TestUi::compareShowsImportedReports()
     QVERIFY(compare->exportCharts(png));
     QVERIFY(compare->exportCharts(pdf));
     QVERIFY(QFileInfo(png).size() > 1000 && QFileInfo(pdf).size() > 1000);
+    // A label holding a right-to-left override reversed the text after it, other reports' labels
+    // included; a 4 KiB one pushed the charts out of view (found by an outside pass).
+    BenchReport reversing = fixtureReport(std::string("Laptop \u202E") + std::string(4000, 'x'), "cpu", 2.0);
+    reversing.corpus = "corpus\u202Edemo";
+    QVERIFY(compare->importReport(QString::fromStdString(
+        testutil::writeFile(m_dir, "reversing-label.json", QByteArray::fromStdString(toJson(reversing))))));
+    const QString shown = compare->sources().back().label;
+    QVERIFY2(shown.startsWith("Laptop \\xE2\\x80\\xAE") && shown.size() == 80 && !shown.contains(QChar(0x202E)),
+        qPrintable(shown));
+    QVERIFY(!QString::fromStdString(describeWorkload(reversing, 0)).contains(QChar(0x202E)));
 }
 
 void TestUi::compareRunsBenchmarkHere()
@@ -1148,6 +1159,31 @@ void TestUi::failedTrainingSaysWhy()
         qPrintable(train->progressText()));
 }
 
+void TestUi::trainWaitsForTheCorpusLoad()
+{
+    // Train clicked while a corpus (re)load was queued trained with the tokenizer settings of
+    // before it (found by an outside pass: min frequency 2 in the form, 1 in the run).
+    auto* train = m_window->trainView();
+    auto* engine = m_window->engine();
+    QVERIFY(ensureCorpus());
+    train->setConfig(smallConfig(1));
+    QSignalSpy said(train, &TrainView::status);
+    QSignalSpy loaded(engine, &EngineController::corpusLoaded);
+    m_window->corpusView()->load(kCorpus);
+    QVERIFY(engine->isLoadingCorpus());
+    train->trainButton()->click();
+    QVERIFY(!engine->isTraining());
+    QVERIFY(!said.isEmpty() && said.last().at(0).toString().contains("still loading"));
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(!engine->isLoadingCorpus());
+    // A load that fails ends the wait too.
+    QSignalSpy failed(engine, &EngineController::failed);
+    m_window->corpusView()->load(m_dir.filePath("no-such-corpus.yml"));
+    QVERIFY(failed.wait(30000));
+    QVERIFY(!engine->isLoadingCorpus());
+    QVERIFY(ensureCorpus());
+}
+
 void TestUi::fallbackIsSaidInTheWindow()
 {
     // The CLI said "fell back to ckpt-…" for a run whose newest checkpoint is damaged; the window
@@ -1183,6 +1219,9 @@ void TestUi::settingsPersist()
     QCOMPARE(s.value("lastCorpus").toString(), QString(kCorpus));
     QVERIFY(!s.value("lastRun").toString().isEmpty());
     QCOMPARE(s.value("tab").toInt(), 2);
+    // The runs folder given on the command line held for that window only: it is not what the
+    // next start without one uses (it was saved, and every later start used it).
+    QVERIFY(!s.contains("runsDir"));
     MainWindow again(m_dir.filePath("runs"));
     QCOMPARE(again.trainView()->config().epochs, 17);
     QCOMPARE(again.trainView()->config().batchSize, 21);

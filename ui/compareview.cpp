@@ -62,6 +62,17 @@ QCustomPlot* makeChart(const QString& title, const QString& x, const QString& y)
     return p;
 }
 
+// A report's label as lists, legends and notes show it: controls and bidirectional overrides
+// escaped (a U+202E in one label reversed the text after it, another report's label included),
+// and at most 80 characters (a 4 KiB label pushed the charts out of view).
+QString shownLabel(const std::string& label)
+{
+    QString s = QString::fromStdString(printable(label));
+    if (s.size() > 80)
+        s = s.left(79) + QChar(0x2026);
+    return s;
+}
+
 QString groupName(const QString& workload, const CompareView::Source& s, const BenchRow& r)
 {
     QString g = QString("%1 %2").arg(
@@ -412,7 +423,7 @@ void CompareView::setReportsDir(const QString& dir)
         try {
             const BenchReport r = readBenchReport(path.toStdString());
             auto* item = new QListWidgetItem(
-                QString("%1 — %2").arg(QDir(dir).relativeFilePath(path), QString::fromStdString(r.label)), m_saved);
+                QString("%1 — %2").arg(QDir(dir).relativeFilePath(path), shownLabel(r.label)), m_saved);
             item->setData(Qt::UserRole, path);
             item->setToolTip(QString::fromStdString(describeWorkload(r, 0)));
         } catch (const Error&) {
@@ -470,7 +481,7 @@ void CompareView::runLocal()
 
 void CompareView::addReport(const QString& label, const BenchReport& report, bool local)
 {
-    m_sources.append({ label, report, local });
+    m_sources.append({ shownLabel(label.toStdString()), report, local });
     refresh();
 }
 

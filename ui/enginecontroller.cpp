@@ -430,7 +430,10 @@ EngineController::EngineController(QObject* parent)
         m_devices = d;
         Q_EMIT devicesReady();
     });
-    connect(m_engine, &EngineWorker::corpusLoaded, this, &EngineController::corpusLoaded);
+    connect(m_engine, &EngineWorker::corpusLoaded, this, [this](const CorpusSummary& s) {
+        m_corpusLoads = std::max(0, m_corpusLoads - 1);
+        Q_EMIT corpusLoaded(s);
+    });
     connect(m_engine, &EngineWorker::trainingStarted, this, &EngineController::trainingStarted);
     connect(m_engine, &EngineWorker::stepDone, this, &EngineController::stepDone);
     connect(m_engine, &EngineWorker::epochDone, this, &EngineController::epochDone);
@@ -457,7 +460,11 @@ EngineController::EngineController(QObject* parent)
     connect(m_engine, &EngineWorker::doctorDone, this, &EngineController::doctorDone);
     connect(m_engine, &EngineWorker::kerasImported, this, &EngineController::kerasImported);
     connect(m_engine, &EngineWorker::log, this, &EngineController::log);
-    connect(m_engine, &EngineWorker::failed, this, &EngineController::failed);
+    connect(m_engine, &EngineWorker::failed, this, [this](const QString& message, Job job) {
+        if (job == Job::Corpus)
+            m_corpusLoads = std::max(0, m_corpusLoads - 1);
+        Q_EMIT failed(message, job);
+    });
     // Snapshots go straight to the chat thread (queued there), and the UI hears about them.
     connect(m_engine, &EngineWorker::snapshot, m_chat, &ChatWorker::setBot);
     connect(m_engine, &EngineWorker::snapshot, this, [this](const std::shared_ptr<const Chatbot>& bot) {
@@ -495,6 +502,7 @@ EngineController::~EngineController()
 
 void EngineController::loadCorpus(const CorpusRequest& request)
 {
+    ++m_corpusLoads;
     post(m_engine, [w = m_engine, request] { w->loadCorpus(request); });
 }
 

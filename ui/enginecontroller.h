@@ -156,6 +156,9 @@ public:
         const QString& runDir);
 
     bool isTraining() const { return m_training; }
+    // A corpus load is queued or running: training started now would take the corpus and the
+    // tokenizer settings of before it.
+    bool isLoadingCorpus() const { return m_corpusLoads > 0; }
     bool hasBot() const { return m_hasBot; }
     // Devices are probed once on the engine thread at start-up; empty until devicesReady.
     const std::vector<chatbench::DeviceInfo>& devices() const { return m_devices; }
@@ -192,6 +195,7 @@ private:
     std::shared_ptr<std::atomic<bool>> m_closing; // set by the destructor: the chat thread's reply stops
     std::vector<chatbench::DeviceInfo> m_devices;
     bool m_training = false;
+    int m_corpusLoads = 0; // queued or running
     bool m_benchmarking = false;
     bool m_hasBot = false;
     quint64 m_nextId = 1;

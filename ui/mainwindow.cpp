@@ -56,6 +56,7 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
 
     QSettings settings;
     QString runs = runsDir;
+    m_runsGiven = !runsDir.isEmpty();
     if (runs.isEmpty())
         runs = settings
                    .value("runsDir", QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs")
@@ -224,7 +225,8 @@ void MainWindow::saveSettings()
     settings.setValue("geometry", saveGeometry());
     settings.setValue("windowState", saveState());
     settings.setValue("tab", m_tabs->currentIndex());
-    settings.setValue("runsDir", m_train->runsDir());
+    if (!m_runsGiven)
+        settings.setValue("runsDir", m_train->runsDir());
     settings.setValue("trainConfig", QString::fromStdString(toJson(m_train->config())));
 }
 

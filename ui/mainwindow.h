@@ -16,7 +16,8 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 
 public:
-    // `runsDir` empty: the runs folder from the settings (default: the app's data folder).
+    // `runsDir` empty: the runs folder from the settings (default: the app's data folder). One
+    // given (chatbench --runs DIR) holds for this window only: it is not saved in the settings.
     explicit MainWindow(const QString& runsDir = QString(), QWidget* parent = nullptr);
     ~MainWindow() override;
 
@@ -55,4 +56,5 @@ private:
     QLabel* m_statusDevice = nullptr;
     GuidedTour* m_tour = nullptr;
     QString m_lastError;
+    bool m_runsGiven = false; // the runs folder came from the command line
 };

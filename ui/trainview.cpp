@@ -473,6 +473,10 @@ void TrainView::startTraining()
         Q_EMIT status(tr("Load a corpus before training (Corpus tab, Ctrl+O)."));
         return;
     }
+    if (m_engine->isLoadingCorpus()) { // it would train on the corpus and tokenizer of before
+        Q_EMIT status(tr("The corpus is still loading: click Train once it is loaded."));
+        return;
+    }
     TrainConfig cfg = config();
     try {
         validate(cfg);

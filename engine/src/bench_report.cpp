@@ -185,7 +185,8 @@ bool sameWorkload(const BenchReport& a, int batchA, const BenchReport& b, int ba
 
 std::string describeWorkload(const BenchReport& r, int batch)
 {
-    std::string s = (r.corpus.empty() ? std::string("unnamed corpus") : r.corpus) + " (" + std::to_string(r.corpusPairs)
+    std::string s = (r.corpus.empty() ? std::string("unnamed corpus") : printable(r.corpus)) + " ("
+        + std::to_string(r.corpusPairs)
         + " pairs), E=" + std::to_string(r.model.embedDim) + " H=" + std::to_string(r.model.hidden) + ", "
         + std::to_string(r.model.layers) + (r.model.layers == 1 ? " layer" : " layers")
         + (r.model.attention ? ", attention" : "");

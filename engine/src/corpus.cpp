@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 namespace chatbench {
 
 namespace {
-constexpr const char* kRaiseCorpusLimit = "--max-corpus-mb raises the limit";
+constexpr const char* kRaiseCorpusLimit = "chatbench-cli --max-corpus-mb raises the limit";
 }
 
 namespace {
