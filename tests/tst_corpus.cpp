@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 using namespace chatbench;
@@ -432,6 +433,23 @@ void TestCorpus::specialFilesAreRefused()
     tsv.format = CorpusFormat::Tsv;
     QVERIFY_THROWS_EXCEPTION(Error, loadCorpus(fifo, tsv));
     QVERIFY_THROWS_EXCEPTION(Error, Tokenizer::load(fifo));
+    // A file that cannot be opened says the system's reason ("cannot open file" named none; found
+    // by an outside pass with a file it had no permission for). Root reads any file, so a limit
+    // of open files stands in: every open fails with EMFILE.
+    const std::string plain = testutil::writeFile(dir, "plain.tsv", "hi\tthere\n");
+    struct rlimit before {};
+    QVERIFY(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+    struct rlimit none = before;
+    none.rlim_cur = 0;
+    QVERIFY(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+    std::string what;
+    try {
+        (void)loadCorpus(plain, tsv);
+    } catch (const Error& e) {
+        what = e.what();
+    }
+    ::setrlimit(RLIMIT_NOFILE, &before);
+    QVERIFY2(what.find(plain + ": cannot open file (Too many open files)") != std::string::npos, what.c_str());
 }
 
 void TestCorpus::aliasBombIsCapped()

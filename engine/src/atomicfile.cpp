@@ -83,14 +83,15 @@ bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH
 
 } // namespace
 
-void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix)
+void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix)
 {
     std::error_code ec;
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (name.rfind(prefix, 0) != 0)
+        if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
             continue;
-        const pid_t pid = writerOf(std::string_view(name).substr(prefix.size()));
+        const pid_t pid = writerOf(
+            std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
         if (pid > 0 && !alive(pid)) {
             std::error_code e2;
             fs::remove(it->path(), e2);

@@ -192,7 +192,7 @@ private:
 // removed when their process is gone.
 void removeStaleTempFiles()
 {
-    removeDeadProcessesFiles(temporaryFolder().string(), "chatbench-keras-");
+    removeDeadProcessesFiles(temporaryFolder().string(), "chatbench-keras-", ".h5");
 }
 
 // ---- HDF5 ----------------------------------------------------------------------------------------

@@ -5,11 +5,23 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 namespace chatbench::text {
+
+namespace {
+
+// "cannot open file (Permission denied)": the system's reason when the open left one.
+std::string cannotOpen(int error)
+{
+    return error != 0 ? "cannot open file (" + std::string(std::strerror(error)) + ")" : std::string("cannot open file");
+}
+
+} // namespace
 
 std::string readFile(const std::string& path, int64_t maxBytes, const char* raise)
 {
@@ -29,9 +41,10 @@ std::string readFile(const std::string& path, int64_t maxBytes, const char* rais
     // Checked before reading: a file far larger than memory is refused, not read.
     if (const auto size = std::filesystem::file_size(path, ec); !ec && maxBytes >= 0 && size > uint64_t(maxBytes))
         throw tooBig(size);
+    errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in)
-        throw Error(path, 0, "cannot open file");
+        throw Error(path, 0, cannotOpen(errno));
     std::string out;
     char buf[1 << 16];
     while (in.read(buf, sizeof buf) || in.gcount() > 0) { // files that report no size (/proc) too
@@ -46,9 +59,10 @@ std::string readFile(const std::string& path, int64_t maxBytes, const char* rais
 
 std::string readHead(const std::string& path, size_t n)
 {
+    errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in)
-        throw Error(path, 0, "cannot open file");
+        throw Error(path, 0, cannotOpen(errno));
     std::string out(n, '\0');
     in.read(out.data(), static_cast<std::streamsize>(n));
     out.resize(static_cast<size_t>(in.gcount()));
