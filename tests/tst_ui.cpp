@@ -578,8 +578,15 @@ void TestUi::chatWorksWhileTraining()
     m_window->chatView()->ask("hello");
     QVERIFY(replies.wait(30000));
     QVERIFY(engine->isTraining()); // answered from a snapshot while training went on
+    // A run opened now waits behind the training, and that is said (the click seemed lost).
+    QSignalSpy said(engine, &EngineController::log);
+    QSignalSpy opened(engine, &EngineController::runLoaded);
+    engine->loadRun(train->currentRun());
+    QVERIFY(!said.isEmpty() && said.first().at(0).toString().contains("opens once the training in progress stops"));
+    QVERIFY(opened.isEmpty());
     engine->stop();
     QVERIFY(finished.wait(10000));
+    QVERIFY(opened.count() == 1 || opened.wait(30000)); // then it opens
 }
 
 void TestUi::attentionRunShowsAttention()

@@ -7,6 +7,8 @@
 #include "chatbench/error.h"
 #include "chatbench/runs.h"
 
+#include <QFileInfo>
+
 #include <algorithm>
 #include <deque>
 #include <set>
@@ -571,6 +573,10 @@ void EngineController::stop()
 
 void EngineController::loadRun(const QString& runDir, bool best)
 {
+    // Queued behind the training on the engine thread: said, or the click seemed lost and the chat
+    // switched runs later without a word.
+    if (m_training)
+        Q_EMIT log(tr("%1 opens once the training in progress stops").arg(QFileInfo(runDir).fileName()));
     post(m_engine, [w = m_engine, runDir, best] { w->loadRun(runDir, best); });
 }
 
