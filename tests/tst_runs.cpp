@@ -17,6 +17,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QProcess>
 #include <QRegularExpression>
 
 #include <nlohmann/json.hpp>
@@ -521,17 +522,22 @@ void TestRuns::oneWriterPerRun()
     QTemporaryDir dir;
     const std::string run = dir.path().toStdString();
     // Temporary files of writers killed mid-save (named as before the writer's process was in
-    // the name, and as now), and files that must stay: among them an export into the run folder
-    // that a live process (this one) is writing.
+    // the name, and as now, one of them with this process' own id, as a reused one would be), and
+    // files that must stay: among them an export into the run folder by another live process.
     const pid_t ended = ::fork();
     if (ended == 0)
         ::_exit(0);
     QVERIFY(ended > 0 && ::waitpid(ended, nullptr, 0) == ended);
+    QProcess exporter;
+    exporter.start("sleep", { "60" });
+    QVERIFY(exporter.waitForStarted());
     const QString dead = QString(".ckpt-00000041.pt.tmp-%1-5").arg(ended);
-    const QString exporting = QString(".report.json.tmp-%1-6").arg(QCoreApplication::applicationPid());
+    const QString reused = QString(".state.json.tmp-%1-7").arg(QCoreApplication::applicationPid());
+    const QString exporting = QString(".report.json.tmp-%1-6").arg(exporter.processId());
     testutil::writeFile(dir, ".ckpt-00000040.pt.tmp-1234567", QByteArray(1000, 'x'));
     testutil::writeFile(dir, ".state.json.tmp-42", "{");
     testutil::writeFile(dir, dead, "{");
+    testutil::writeFile(dir, reused, "{");
     testutil::writeFile(dir, ".best-00000040.pt.tmp-best", "{");
     testutil::writeFile(dir, exporting, "{");
     testutil::writeFile(dir, "ckpt-00000020.pt", "keep");
@@ -539,9 +545,11 @@ void TestRuns::oneWriterPerRun()
     {
         const RunLock first(run);
         for (const QString& removed : { QString(".ckpt-00000040.pt.tmp-1234567"), QString(".state.json.tmp-42"), dead,
-                 QString(".best-00000040.pt.tmp-best") })
+                 reused, QString(".best-00000040.pt.tmp-best") })
             QVERIFY2(!QFile::exists(dir.filePath(removed)), qPrintable(removed));
         QVERIFY(QFile::exists(dir.filePath(exporting)));
+        exporter.kill();
+        exporter.waitForFinished();
         QVERIFY(QFile::exists(dir.filePath("ckpt-00000020.pt")));
         QVERIFY(QFile::exists(dir.filePath("notes.tmp-1")));
         // A second writer (another open of the lock file: flock locks conflict even in one process).

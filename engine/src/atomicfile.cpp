@@ -102,7 +102,10 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
 bool tempFileWriterIsAlive(const std::string& fileName)
 {
     const size_t at = fileName.rfind(".tmp-");
-    return at != std::string::npos && alive(writerOf(std::string_view(fileName).substr(at + 5)));
+    if (at == std::string::npos)
+        return false;
+    const pid_t pid = writerOf(std::string_view(fileName).substr(at + 5));
+    return pid != ::getpid() && alive(pid);
 }
 
 namespace {

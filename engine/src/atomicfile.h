@@ -15,9 +15,10 @@ void writeFileAtomic(const std::string& path, const std::function<void(const std
 // else) whose process is gone: what writers that were killed left (writeFileAtomic's temporary
 // files, the Keras reader's copies of weights). A live process' file stays.
 void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix = "");
-// For a temporary file's name (".<name>.tmp-<pid>-<n>", writeFileAtomic's): whether the process
-// writing it is alive. False for a dead writer's file, and for names from before the process was
-// in them (".<name>.tmp-<n>") or of another shape.
+// For a temporary file's name (".<name>.tmp-<pid>-<n>", writeFileAtomic's): whether another
+// process that is alive writes it. False for a dead writer's file, for this process' own (a dead
+// writer's pid may have been reused by this very process), and for names from before the process
+// was in them (".<name>.tmp-<n>") or of another shape.
 bool tempFileWriterIsAlive(const std::string& fileName);
 
 } // namespace chatbench
