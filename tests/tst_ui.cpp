@@ -215,6 +215,24 @@ void TestUi::badCorpusShowsErrorAndWindowStaysUsable()
     corpus->pairingBox()->setCurrentIndex(corpus->pairingBox()->findData(static_cast<int>(Pairing::Consecutive)));
     QVERIFY(loaded.wait(30000));
 
+    // Latin-1 and the format reload too (they did not: the boxes and the loaded data disagreed).
+    const QString accents = QString::fromStdString(testutil::writeFile(m_dir, "accents.tsv", "café\tbien\n"));
+    corpus->load(accents);
+    QVERIFY(loaded.wait(30000));
+    QCOMPARE(corpus->preview()->model()->index(0, 0).data().toString(), QString("café"));
+    corpus->latin1Box()->setChecked(true);
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(loaded.last().at(0).value<CorpusSummary>().request.latin1);
+    QCOMPARE(corpus->preview()->model()->index(0, 0).data().toString(), QString("cafÃ©"));
+    corpus->latin1Box()->setChecked(false);
+    QVERIFY(loaded.wait(30000));
+    corpus->formatBox()->setCurrentIndex(corpus->formatBox()->findData(static_cast<int>(CorpusFormat::Jsonl)));
+    QVERIFY(failed.wait(30000));
+    QVERIFY2(corpus->errorLabel()->text().contains("still use the corpus loaded before (" + accents + ")"),
+        qPrintable(corpus->errorLabel()->text()));
+    corpus->formatBox()->setCurrentIndex(corpus->formatBox()->findData(static_cast<int>(CorpusFormat::Auto)));
+    QVERIFY(loaded.wait(30000));
+
     corpus->load(kCorpus);
     QVERIFY(loaded.wait(30000));
     QVERIFY(corpus->errorLabel()->isHidden());

@@ -214,15 +214,18 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
         if (m_loaded)
             load(m_path);
     });
-    for (QComboBox* box : { m_mode, m_pairing })
+    // Every option reloads the corpus open, so what the boxes say is what is loaded (the format
+    // and Latin-1 did not: the preview stayed UTF-8 with Latin-1 ticked, until Reload).
+    for (QComboBox* box : { m_mode, m_pairing, m_format })
         connect(box, &QComboBox::currentIndexChanged, this, [this] {
             if (m_loaded)
                 load(m_path);
         });
-    connect(m_strict, &QCheckBox::toggled, this, [this] {
-        if (m_loaded)
-            load(m_path);
-    });
+    for (QCheckBox* box : { m_strict, m_latin1 })
+        connect(box, &QCheckBox::toggled, this, [this] {
+            if (m_loaded)
+                load(m_path);
+        });
     connect(m_warningList, &QListWidget::currentRowChanged, this, &CorpusView::showWarning);
     connect(m_engine, &EngineController::corpusLoaded, this, &CorpusView::showSummary);
 }
@@ -267,7 +270,13 @@ void CorpusView::openFolder()
 
 void CorpusView::showError(const QString& message)
 {
-    m_error->setText(tr("Could not load the corpus:\n%1").arg(message));
+    // A failed (re)load leaves the corpus loaded before in use, with its own settings.
+    m_error->setText(tr("Could not load the corpus:\n%1%2")
+                         .arg(message,
+                             m_loaded ? tr("\n\nTraining and chat still use the corpus loaded before (%1), as the "
+                                           "statistics below show, with the options it was loaded with.")
+                                            .arg(m_path)
+                                      : QString()));
     m_error->show();
     m_pathLabel->setText(m_loaded ? m_path : tr("none"));
 }

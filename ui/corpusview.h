@@ -38,6 +38,8 @@ public:
     QLabel* sourceExcerpt() const { return m_source; }
     QComboBox* pairingBox() const { return m_pairing; }
     QCheckBox* strictBox() const { return m_strict; }
+    QComboBox* formatBox() const { return m_format; }
+    QCheckBox* latin1Box() const { return m_latin1; }
     QLineEdit* filter() const { return m_filter; }
     QCustomPlot* histogram() const { return m_hist; }
 

@@ -10,6 +10,7 @@
 #include <QFile>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QBuffer>
 #include <QDir>
 #include <QTemporaryDir>
 #include <QSlider>
@@ -395,19 +396,28 @@ int LivePlot::drawnPoints(int graph) const
 
 bool LivePlot::exportImage(const QString& path, QString* why)
 {
-    // QCustomPlot writes only to a path: the chart is rendered into a private temporary folder
-    // and read back, then written where the user chose.
-    const bool pdf = path.endsWith(".pdf", Qt::CaseInsensitive);
-    const QTemporaryDir scratch;
-    const QString rendered = scratch.filePath(pdf ? "chart.pdf" : "chart.png");
-    QFile f(rendered);
-    if (!scratch.isValid() || !(pdf ? m_loss->savePdf(rendered) : m_loss->savePng(rendered, 0, 0, 2.0))
-        || !f.open(QIODevice::ReadOnly)) {
+    // Drawn whole first, then written where the user chose (writeExport). A PNG is encoded in
+    // memory (what savePng writes); QCustomPlot writes a PDF only to a path, so that one is
+    // rendered into a private temporary folder and read back.
+    QByteArray bytes;
+    bool drawn = false;
+    if (path.endsWith(".pdf", Qt::CaseInsensitive)) {
+        const QTemporaryDir scratch;
+        const QString rendered = scratch.filePath("chart.pdf");
+        QFile f(rendered);
+        drawn = scratch.isValid() && m_loss->savePdf(rendered) && f.open(QIODevice::ReadOnly);
+        if (drawn)
+            bytes = f.readAll();
+    } else {
+        QBuffer buffer(&bytes);
+        drawn = buffer.open(QIODevice::WriteOnly) && m_loss->toPixmap(0, 0, 2.0).save(&buffer, "PNG");
+    }
+    if (!drawn) {
         if (why)
-            *why = tr("could not render the chart in the temporary folder %1 (full?)").arg(QDir::tempPath());
+            *why = tr("could not draw the chart (is the temporary folder %1 full?)").arg(QDir::tempPath());
         return false;
     }
-    return writeExport(path, f.readAll(), why);
+    return writeExport(path, bytes, why);
 }
 
 bool LivePlot::exportCsv(const QString& path, QString* why)

@@ -1,0 +1,1 @@
+wid() { xdotool search --name "LSTM chatbot workbench" | head -1; }
