@@ -252,6 +252,17 @@ void TestKeras::diagnosisSaysWhatTheLoopDrops()
     QVERIFY(d.verdict.find("initial_state") != std::string::npos);
     const std::string text = describe(r);
     QVERIFY(text.find("zero-init") != std::string::npos);
+    QCOMPARE(d.modes[0].unended, 0);
+
+    // Another model's tokenizer with fewer words: every id one off, no reply ever ends. It was
+    // "The model is fine: … 22 different replies to 30 prompts" (found by an outside pass).
+    opt.tokenizer = kFixtures + "stacked_tokenizer.json";
+    const KerasImport other = importKeras(opt, m_dir.filePath("other-tokenizer").toStdString());
+    QCOMPARE(other.diagnosis.modes[0].unended, other.diagnosis.prompts);
+    QVERIFY2(other.diagnosis.verdict.find("Something is wrong before the handoff: ") == 0
+            && other.diagnosis.verdict.find("Is the tokenizer the model's own") != std::string::npos
+            && other.diagnosis.verdict.find("The model is fine") == std::string::npos,
+        other.diagnosis.verdict.c_str());
 }
 
 void TestKeras::fineTunesOnACorpus()
@@ -698,7 +709,7 @@ void TestKeras::badTokenizers()
     setWordIndex(other, wider);
     other["config"]["num_words"] = nullptr;
     writeBytes(dir + "other-model.json", other.dump());
-    expectError(dir + "other-model.json", "reaches id 9999");
+    expectError(dir + "other-model.json", "reaches id 9999 but the model's ids are 0-");
     // index_word (ids to words, what Keras' sequences_to_texts reads) must say what word_index
     // says: a file where they part would chat through other words than Keras does.
     const json reverse = json::parse(t["config"]["index_word"].get<std::string>());

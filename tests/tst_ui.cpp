@@ -34,7 +34,9 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
+#include <QDoubleSpinBox>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStatusBar>
 #include <QStandardPaths>
 #include <QTabWidget>
@@ -402,7 +404,28 @@ void TestUi::explainTabsShowWhyThisReply()
     // Beam search: the tree of its hypotheses, a node's state on click.
     QSignalSpy replies(engine, &EngineController::replyReady);
     view->tabs()->setCurrentIndex(0); // no nearest prompts for this one
+    // A right-to-left override in a question reversed the reply, the checks and the title after
+    // it; a 600-word question took the title over and clipped the reply (an outside pass).
+    QSignalSpy overridden(engine, &EngineController::replyReady);
+    QString longQuestion = QString(QChar(0x202E)) + "hello";
+    for (int i = 0; i < 150; ++i)
+        longQuestion += " how are you";
+    chat->ask(longQuestion);
+    QVERIFY(overridden.wait(30000));
+    const QString title = view->titleLabel()->text();
+    QVERIFY2(!title.contains(QChar(0x202E)) && title.contains("\\xE2\\x80\\xAEhello") && title.size() < 600,
+        qPrintable(title));
+    QVERIFY(title.contains(QString::fromStdString(overridden.last().at(0).value<ChatAnswer>().reply.text)));
+    for (const QLabel* label : chat->findChildren<QLabel*>())
+        QVERIFY2(!label->text().contains(QChar(0x202E)), qPrintable(label->text()));
+
+    // Only what the method reads can be set (the sampling settings were editable under greedy and
+    // ignored without a word).
+    QVERIFY(!chat->beamBox()->isEnabled() && !chat->temperatureBox()->isEnabled() && !chat->topKBox()->isEnabled());
+    chat->methodBox()->setCurrentText("sample");
+    QVERIFY(!chat->beamBox()->isEnabled() && chat->temperatureBox()->isEnabled() && chat->topKBox()->isEnabled());
     chat->methodBox()->setCurrentText("beam");
+    QVERIFY(chat->beamBox()->isEnabled() && !chat->temperatureBox()->isEnabled() && !chat->topKBox()->isEnabled());
     chat->ask("what is an lstm?");
     QVERIFY(replies.wait(30000));
     const quint64 beamAnswer = replies.last().at(0).value<ChatAnswer>().id;

@@ -2,6 +2,7 @@
 
 #include "explainviews.h"
 #include "handoffview.h"
+#include "shown.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -105,6 +106,16 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
     m_topK->setPrefix(tr("top-k "));
     m_topK->setSpecialValueText(tr("top-k all"));
     m_topK->setToolTip(tr("Sampling picks among the k most likely words (0: all)"));
+    // Only the settings the method reads can be set (T 5 with greedy was ignored without a word;
+    // the CLI refuses it).
+    auto applicable = [this] {
+        const auto method = static_cast<DecodeMethod>(m_method->currentData().toInt());
+        m_beam->setEnabled(method == DecodeMethod::Beam);
+        m_temperature->setEnabled(method == DecodeMethod::Sample);
+        m_topK->setEnabled(method == DecodeMethod::Sample);
+    };
+    connect(m_method, &QComboBox::currentIndexChanged, this, applicable);
+    applicable();
     auto* opts = new QHBoxLayout;
     opts->addWidget(new QLabel(tr("decoding")));
     opts->addWidget(m_method);
@@ -198,11 +209,11 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
                 it->bot.reset();
         }
         QString text = QString(
-            a.reply.text.empty() ? tr("<i>(empty reply)</i>") : QString::fromStdString(a.reply.text).toHtmlEscaped());
+            a.reply.text.empty() ? tr("<i>(empty reply)</i>") : shownText(a.reply.text).toHtmlEscaped());
         if (!a.reply.trace.unknownWords.empty()) {
             QStringList unk;
             for (const auto& w : a.reply.trace.unknownWords)
-                unk << QString::fromStdString(w).toHtmlEscaped();
+                unk << shownText(w).toHtmlEscaped();
             text += tr("<br><small style='color:#a05a00'>unknown words: %1</small>").arg(unk.join(", "));
         }
         addBubble(text, true, a.id, &a.reply.trace.checks);
@@ -326,7 +337,7 @@ void ChatView::send()
 
 void ChatView::ask(const QString& text)
 {
-    addBubble(text.toHtmlEscaped(), false, 0);
+    addBubble(shownText(text).toHtmlEscaped(), false, 0);
     m_asked.removeAll(text);
     m_asked << text;
     m_handoff->questionsView()->setQuestions(m_asked);

@@ -34,6 +34,9 @@ public:
     QLineEdit* input() const { return m_input; }
     QScrollArea* chatScroll() const { return m_scroll; }
     QComboBox* methodBox() const { return m_method; } // greedy, beam, sample
+    QSpinBox* beamBox() const { return m_beam; }
+    QDoubleSpinBox* temperatureBox() const { return m_temperature; }
+    QSpinBox* topKBox() const { return m_topK; }
     QCheckBox* breakSwitch() const { return m_break; }
     QComboBox* breakMode() const { return m_breakMode; }
     QLabel* probeLabel() const { return m_probeLabel; }

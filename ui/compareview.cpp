@@ -3,6 +3,7 @@
 #include "chatbench/error.h"
 #include "enginecontroller.h"
 #include "exportfile.h"
+#include "shown.h"
 #include "plotaxes.h"
 #include "qcp.h"
 
@@ -62,15 +63,11 @@ QCustomPlot* makeChart(const QString& title, const QString& x, const QString& y)
     return p;
 }
 
-// A report's label as lists, legends and notes show it: controls and bidirectional overrides
-// escaped (a U+202E in one label reversed the text after it, another report's label included),
-// and at most 80 characters (a 4 KiB label pushed the charts out of view).
+// A report's label as lists, legends and notes show it (a U+202E in one label reversed the text
+// after it, another report's label included; a 4 KiB label pushed the charts out of view).
 QString shownLabel(const std::string& label)
 {
-    QString s = QString::fromStdString(printable(label));
-    if (s.size() > 80)
-        s = s.left(79) + QChar(0x2026);
-    return s;
+    return shownText(label, 80);
 }
 
 QString groupName(const QString& workload, const CompareView::Source& s, const BenchRow& r)

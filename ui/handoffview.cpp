@@ -4,6 +4,7 @@
 #include "heatmap.h"
 #include "plotaxes.h"
 #include "qcp.h"
+#include "shown.h"
 
 #include <QHBoxLayout>
 #include <QHelpEvent>
@@ -92,7 +93,7 @@ public:
         if (r) {
             QFontMetrics fm(font());
             for (const auto& word : r->trace.inputWords)
-                w += fm.horizontalAdvance(QString::fromStdString(word)) + 26;
+                w += fm.horizontalAdvance(shownText(word)) + 26;
             w += 150;
             for (const auto& s : r->trace.steps)
                 w += fm.horizontalAdvance(QString::fromStdString(s.chosenWord)) + 30;
@@ -166,12 +167,12 @@ protected:
         const QSet<QString> unknown = [&] {
             QSet<QString> s;
             for (const auto& w : t.unknownWords)
-                s << QString::fromStdString(w);
+                s << shownText(w);
             return s;
         }();
         const std::vector<double> heights = bars();
         for (size_t i = 0; i < t.inputWords.size(); ++i) {
-            const QString w = QString::fromStdString(t.inputWords[i]);
+            const QString w = shownText(t.inputWords[i]);
             const int left = x;
             const int bw
                 = box(w, unknown.contains(w) ? QColor(255, 230, 200) : QColor(225, 235, 250), QColor(120, 150, 200));
@@ -250,6 +251,7 @@ HandoffView::HandoffView(QWidget* parent)
     f.setBold(true);
     m_title->setFont(f);
     m_title->setWordWrap(true);
+    m_title->setTextFormat(Qt::PlainText); // a question holding "<b>" is shown as typed
     auto* badges = new QHBoxLayout;
     for (int i = 0; i < 3; ++i) {
         m_badges[i] = new QLabel;
@@ -416,11 +418,14 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
     m_reply = reply;
     m_hasReply = true;
     const StateTrace& t = m_reply.trace;
+    // A 600-word question took the title over and clipped it (the reply never showed): the
+    // question is cut there, and whole in the tooltip.
     m_title->setText(tr("“%1” → “%2”   (%3, %4 layer(s) × %5 units, handoff %6)")
-                         .arg(prompt, QString::fromStdString(m_reply.text), QString::fromStdString(t.device))
+                         .arg(shownText(prompt, 160), shownText(m_reply.text, 240), QString::fromStdString(t.device))
                          .arg(t.layers)
                          .arg(t.hidden)
                          .arg(QString::fromStdString(handoffModeName(t.handoff))));
+    m_title->setToolTip(shownText(prompt));
     const auto& c = t.checks;
     const bool pass[3] = { c.handoffEqual, c.stateCarried, c.teacherForcedEqual };
     // Plain words on the badge; the measured numbers in its tooltip.
@@ -532,7 +537,7 @@ void HandoffView::showReply(const QString& prompt, const Reply& reply)
         attachColorScale(m_attention, map, tr("attention weight"));
         QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
         for (int k = 0; k < ns && k < static_cast<int>(t.inputWords.size()); ++k)
-            ticks->addTick(k, QString::fromStdString(t.inputWords[static_cast<size_t>(k)]));
+            ticks->addTick(k, shownText(t.inputWords[static_cast<size_t>(k)], 24));
         m_attention->xAxis->setTicker(ticks);
         m_attention->xAxis->setRange(-0.5, ns - 0.5);
         m_attention->yAxis->setRange(-0.5, nt - 0.5);

@@ -43,6 +43,7 @@ public:
     // Badge i (0 handoff, 1 carried, 2 teacher-forced): whether it shows a pass.
     bool badgePasses(int i) const;
     QLabel* badge(int i) const;
+    QLabel* titleLabel() const { return m_title; }
     QTabWidget* tabs() const { return m_tabs; }
     QCustomPlot* hHeatmap() const { return m_h; }
     QCustomPlot* gatesPlot() const { return m_gates; }

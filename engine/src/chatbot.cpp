@@ -667,19 +667,24 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
 {
     HandoffDiagnosis d;
     d.prompts = static_cast<int>(prompts.size());
+    const int limit = bot.config().model.maxTargetLength - 1; // the words a reply may have
     for (HandoffMode mode : { HandoffMode::Correct, HandoffMode::ZeroInit, HandoffMode::ResetEachStep }) {
         DecodeOptions opt;
         opt.handoff = mode;
         std::map<std::string, int> counts;
+        int unended = 0;
         // In chunks, so a long prompt list never builds one huge padded batch.
         for (size_t at = 0; at < prompts.size(); at += 64) {
             const std::vector<std::string> chunk(prompts.begin() + static_cast<ptrdiff_t>(at),
                 prompts.begin() + static_cast<ptrdiff_t>(std::min(prompts.size(), at + 64)));
-            for (const Reply& r : bot.replyBatch(chunk, opt))
+            for (const Reply& r : bot.replyBatch(chunk, opt)) {
                 ++counts[r.text];
+                unended += static_cast<int>(r.ids.size()) >= limit ? 1 : 0;
+            }
         }
         HandoffDiagnosis::Mode m;
         m.handoff = mode;
+        m.unended = unended;
         m.distinct = static_cast<int>(counts.size());
         for (const auto& [text, n] : counts)
             if (n > m.mostCommonCount) {
@@ -695,6 +700,13 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
     const int n = d.prompts;
     if (n < 2) {
         v << "Give at least two prompts to compare replies.";
+    } else if (ok.unended * 10 >= n * 9) {
+        // A tokenizer of another model (ids shifted by one) or the wrong end word: the replies
+        // differ, but none of them ends, so they say nothing of the handoff.
+        v << "Something is wrong before the handoff: " << ok.unended << " of " << n
+          << " replies never gave the end word and ran to the length limit (" << limit
+          << " words), even with the encoder's state handed over. Is the tokenizer the model's own, and the end word "
+             "the one it was trained with? Until replies end, their count says nothing about the decoding loop.";
     } else if (ok.distinct <= 1) {
         v << "The model itself gives one reply (\"" << ok.mostCommon << "\") to all " << n
           << " prompts even with the encoder's state handed over: it is undertrained or collapsed, so the decoding "

@@ -104,8 +104,9 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     // model's tokenizer (Keras itself fails on them in the embedding lookup).
     if (kt.numWords <= 0 && static_cast<int64_t>(kt.words.size()) > m.vocabulary)
         throw Error(kt.file, 0,
-            "the word index reaches id " + std::to_string(kt.words.size() - 1) + " but the model has "
-                + std::to_string(m.vocabulary) + " ids (its embedding's input_dim): is it this model's tokenizer?");
+            "the word index reaches id " + std::to_string(kt.words.size() - 1) + " but the model's ids are 0-"
+                + std::to_string(m.vocabulary - 1) + " (its embedding's input_dim is " + std::to_string(m.vocabulary)
+                + "): is it this model's tokenizer?");
     // Ids the tokenizer can produce for this model: below the embedding size and num_words.
     const int64_t limit = kt.numWords > 0 ? std::min(m.vocabulary, kt.numWords) : m.vocabulary;
     const int64_t start = kerasId(kt, opt.startWord, limit, "start");

@@ -197,6 +197,7 @@ struct HandoffDiagnosis {
         int distinct = 0; // different replies among the prompts
         std::string mostCommon; // the reply given most often
         int mostCommonCount = 0;
+        int unended = 0; // replies that never gave the end word and ran to the length limit
     };
     int prompts = 0;
     std::vector<Mode> modes; // correct, zero-init, reset-each-step
