@@ -885,6 +885,14 @@ void TestUi::importKerasModelAndChat()
     QVERIFY(imported.first().at(1).toString().contains("zero-init")); // the diagnosis ran on the corpus
     QVERIFY(loaded.count() > 0 || loaded.wait(30000));
     QCOMPARE(m_window->tabs()->currentWidget(), m_window->chatView());
+    // The Train tab shows the imported run, selected in its history, with no note of the run before
+    // (the previous run stayed selected, its overfitting note over empty axes).
+    auto* train = m_window->trainView();
+    QCOMPARE(train->currentRun(), run);
+    QVERIFY(train->runList()->currentItem() && train->runList()->currentItem()->data(Qt::UserRole).toString() == run);
+    QVERIFY(train->plot()->overfittingNote().isEmpty() && train->plot()->epochPoints() == 0);
+    const auto* note = train->plot()->findChild<QLabel*>("overfittingNote");
+    QVERIFY(note && note->isHidden() && note->text().isEmpty());
     QMessageBox* box = nullptr;
     QTRY_VERIFY((box = m_window->findChild<QMessageBox*>("kerasImportReport")) != nullptr);
     QVERIFY(box->detailedText().contains("decoder 'decoder_lstm' starts from encoder 'encoder_lstm'"));
@@ -926,6 +934,11 @@ void TestUi::importKerasModelAndChat()
     QCOMPARE(failed.last().at(1).value<EngineController::Job>(), EngineController::Job::Import);
     QVERIFY(failed.last().at(0).toString().contains(bogus));
     QVERIFY(!QDir(m_dir.filePath("runs/bogus")).exists());
+    // Said in a box that stays (it was in the status bar for 15 s only).
+    QMessageBox* error = nullptr;
+    QTRY_VERIFY((error = m_window->findChild<QMessageBox*>("kerasImportError")) != nullptr);
+    QVERIFY(error->text().contains(bogus));
+    error->close();
 }
 
 void TestUi::newWindowDefaultsAndSmallSizes()

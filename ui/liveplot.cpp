@@ -148,6 +148,8 @@ void LivePlot::clear()
     m_epochs.clear();
     m_epochTrain.clear();
     m_history.clear();
+    m_note->clear(); // the last run's overfitting note stayed over the next one's empty axes
+    m_note->hide();
     m_userZoomed = false;
     scheduleReplot();
 }

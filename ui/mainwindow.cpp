@@ -27,6 +27,8 @@
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
+
+#include <memory>
 #include <QPushButton>
 #include <QSettings>
 #include <QStandardPaths>
@@ -131,7 +133,10 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
     });
 
     connect(m_engine, &EngineController::kerasImported, this, [this](const QString& runDir, const QString& report) {
-        // Chat with it at once: the run loads like any other.
+        m_lastImport.clear(); // done: the next import starts from an empty form
+        // Chat with it at once: the run loads like any other, and it is in the Train tab's history
+        // (the run before stayed selected there, its curves' note over empty axes).
+        m_train->refreshRunHistory();
         m_train->setCurrentRun(runDir);
         m_engine->loadRun(runDir);
         m_tabs->setCurrentWidget(m_chat);
@@ -157,6 +162,14 @@ MainWindow::MainWindow(const QString& runsDir, QWidget* parent)
         if (job == EngineController::Job::Corpus)
             m_corpus->showError(message);
         showError(message);
+        if (job == EngineController::Job::Import) { // in the status bar only, it was gone in 15 s
+            auto* box = new QMessageBox(QMessageBox::Warning, tr("Keras model not imported"),
+                tr("%1\n\nFile → Import Keras model… opens the form again with what was given.").arg(message),
+                QMessageBox::Close, this);
+            box->setAttribute(Qt::WA_DeleteOnClose);
+            box->setObjectName("kerasImportError");
+            box->open();
+        }
     });
     connect(m_engine, &EngineController::log, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
     connect(m_train, &TrainView::status, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
@@ -268,16 +281,18 @@ void MainWindow::importKeras()
         });
         return row;
     };
-    auto* model = new QLineEdit;
+    // What was given last time (an import that failed is corrected, not typed again).
+    const QStringList last = m_lastImport.size() == 5 ? m_lastImport : QStringList { "", "", "start", "end", "" };
+    auto* model = new QLineEdit(last[0]);
     model->setPlaceholderText(tr("chatbot.keras or chatbot.h5"));
-    auto* tokenizer = new QLineEdit;
+    auto* tokenizer = new QLineEdit(last[1]);
     tokenizer->setPlaceholderText(tr("tokenizer.json (tokenizer.to_json())"));
-    auto* start = new QLineEdit("start");
-    auto* end = new QLineEdit("end");
+    auto* start = new QLineEdit(last[2]);
+    auto* end = new QLineEdit(last[3]);
     start->setToolTip(
         tr("The word the recipe starts replies with, as the Keras tokenizer keeps it ('<START>' is 'start')"));
     end->setToolTip(tr("The word the recipe ends replies with"));
-    auto* run = new QLineEdit;
+    auto* run = new QLineEdit(last[4]);
     form->addRow(
         tr("Model"), pathRow(model, tr("Keras model"), tr("Keras models (*.keras *.h5 *.hdf5);;All files (*)"), false));
     form->addRow(
@@ -285,8 +300,12 @@ void MainWindow::importKeras()
     form->addRow(tr("Start word"), start);
     form->addRow(tr("End word"), end);
     form->addRow(tr("Run folder"), pathRow(run, tr("New run folder"), QString(), true));
-    connect(model, &QLineEdit::textChanged, &dialog, [this, run](const QString& m) {
-        if (!m.isEmpty())
+    // The run folder follows the model's name until the user writes one of their own (every
+    // keystroke in the model's field replaced it).
+    auto runEdited = std::make_shared<bool>(!last[4].isEmpty());
+    connect(run, &QLineEdit::textEdited, &dialog, [runEdited] { *runEdited = true; });
+    connect(model, &QLineEdit::textChanged, &dialog, [this, run, runEdited](const QString& m) {
+        if (!m.isEmpty() && !*runEdited)
             run->setText(QDir(m_train->runsDir()).filePath(QFileInfo(m).completeBaseName() + "-keras"));
     });
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
@@ -302,6 +321,7 @@ void MainWindow::importKeras()
     dialog.resize(640, dialog.sizeHint().height());
     if (dialog.exec() != QDialog::Accepted)
         return;
+    m_lastImport = { model->text(), tokenizer->text(), start->text(), end->text(), run->text() };
     importKerasFiles(model->text(), tokenizer->text(), start->text(), end->text(), run->text());
 }
 

@@ -56,5 +56,6 @@ private:
     QLabel* m_statusDevice = nullptr;
     GuidedTour* m_tour = nullptr;
     QString m_lastError;
+    QStringList m_lastImport; // the import dialog's fields as last given: model, tokenizer, start, end, run
     bool m_runsGiven = false; // the runs folder came from the command line
 };
