@@ -158,6 +158,23 @@ void TestUi::loadingCorpusFillsStats()
     QCOMPARE(corpus->preview()->model()->rowCount(), static_cast<int>(pairs));
     QVERIFY(corpus->errorLabel()->isHidden());
     QVERIFY(qobject_cast<QCPBars*>(corpus->histogram()->plottable(0))->data()->size() > 3);
+    // Every bar whole inside the axes (the longest turns' bar was cut in half at the right edge),
+    // and the legend above the chart, not on the bars in its corner.
+    for (int i = 0; i < corpus->histogram()->plottableCount(); ++i) {
+        auto* b = qobject_cast<QCPBars*>(corpus->histogram()->plottable(i));
+        const QCPRange x = b->keyAxis()->range(), y = b->valueAxis()->range();
+        for (auto it = b->data()->constBegin(); it != b->data()->constEnd(); ++it)
+            QVERIFY2(it->key - b->width() / 2 > x.lower && it->key + b->width() / 2 < x.upper && it->value < y.upper
+                    && y.lower <= 0,
+                qPrintable(QString("bar at %1 (%2) outside x [%3, %4] y [%5, %6]")
+                        .arg(it->key)
+                        .arg(it->value)
+                        .arg(x.lower)
+                        .arg(x.upper)
+                        .arg(y.lower)
+                        .arg(y.upper)));
+    }
+    QVERIFY(!corpus->histogram()->axisRect()->insetLayout()->elements(false).contains(corpus->histogram()->legend));
     corpus->filter()->setText("forget gate");
     const int rows = corpus->preview()->model()->rowCount();
     QVERIFY(rows > 0 && rows < static_cast<int>(pairs));

@@ -1,5 +1,6 @@
 #include "corpusview.h"
 
+#include "plotaxes.h"
 #include "qcp.h"
 
 #include <QAbstractTableModel>
@@ -22,6 +23,8 @@
 #include <QSpinBox>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 using namespace chatbench;
 
@@ -141,7 +144,6 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_hist->xAxis->setLabel(tr("words per turn"));
     m_hist->yAxis->setLabel(tr("pairs"));
     m_hist->legend->setVisible(true);
-    m_hist->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
     auto* promptBars = new QCPBars(m_hist->xAxis, m_hist->yAxis);
     promptBars->setName(tr("prompt length"));
     promptBars->setPen(Qt::NoPen);
@@ -152,6 +154,7 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     responseBars->setPen(Qt::NoPen);
     responseBars->setBrush(QColor(230, 120, 20, 170));
     responseBars->setWidth(0.45);
+    plotaxes::legendAbove(m_hist, 2); // in the corner it covered the longest turns' bars
 
     // What loading skipped: one row per record or file, file:line; a click shows the source there.
     m_warningList = new QListWidget;
@@ -320,8 +323,14 @@ void CorpusView::showSummary(const CorpusSummary& s)
     };
     bars(0, st.promptLengths, -0.22);
     bars(1, st.responseLengths, 0.22);
-    m_hist->rescaleAxes();
-    m_hist->yAxis->setRangeLower(0);
+    // Every bar whole inside the axes (the longest turns' bar was cut in half at the right edge).
+    const double longest = static_cast<double>(std::max(st.promptLengths.size(), st.responseLengths.size()));
+    m_hist->xAxis->setRange(-0.7, std::max(1.0, longest - 0.3));
+    int64_t most = 1;
+    for (const auto* h : { &st.promptLengths, &st.responseLengths })
+        for (int64_t n : *h)
+            most = std::max(most, n);
+    m_hist->yAxis->setRange(0, static_cast<double>(most) * 1.08);
     m_hist->replot();
     m_model->setPairs(s.data);
     Q_EMIT loaded(s.request.path, static_cast<int>(st.pairs));
