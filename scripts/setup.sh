@@ -12,7 +12,7 @@ PACKAGES=(
   cmake ninja-build ccache g++ pkg-config
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libhdf5-dev libzip-dev zlib1g-dev
-  xvfb xauth fonts-dejavu-core
+  xvfb xauth fonts-dejavu-core locales
 )
 
 SUDO=""

@@ -19,9 +19,11 @@
 #include <QFileInfo>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QScopeGuard>
 
 #include <nlohmann/json.hpp>
 
+#include <clocale>
 #include <cmath>
 #include <filesystem>
 #include <sys/stat.h>
@@ -51,6 +53,7 @@ private Q_SLOTS:
     void runFilesThatAreFoldersAreNamed();
     void hugeNumbersAreErrors();
     void stepHistory();
+    void runFilesReadTheSameInADecimalCommaLocale();
     void stepHistoryIsCutInPlaceAndNeverBlocks();
     void bestEpochAndOverfittingNote();
     void listsOnlyRunsNewestFirst();
@@ -674,6 +677,31 @@ void TestRuns::stepHistory()
     rows = readRunSteps(run);
     QCOMPARE(rows.size(), size_t(3));
     QCOMPARE(rows[2].loss, 2.35);
+}
+
+// The window is a QApplication, which sets the C library's locale from the environment: in a
+// locale that writes 2,5 (German, French, …) the run files' readers took "2.5" for 2 followed by
+// junk, so every row was bad and a run opened in the window had no loss curves. Numbers in run
+// files are read the same in every locale.
+void TestRuns::runFilesReadTheSameInADecimalCommaLocale()
+{
+    QTemporaryDir locales;
+    QProcess make;
+    make.start("localedef", { "-i", "de_DE", "-f", "UTF-8", locales.filePath("de_DE.UTF-8") });
+    QVERIFY2(make.waitForFinished(120000) && make.exitStatus() == QProcess::NormalExit && make.exitCode() == 0,
+        qPrintable("localedef (Debian's 'locales' package) could not build de_DE.UTF-8: "
+            + QString::fromLocal8Bit(make.readAllStandardError())));
+    qputenv("LOCPATH", locales.path().toLocal8Bit());
+    const auto restore = qScopeGuard([] {
+        std::setlocale(LC_NUMERIC, "C");
+        qunsetenv("LOCPATH");
+    });
+    QVERIFY(std::setlocale(LC_NUMERIC, "de_DE.UTF-8") != nullptr);
+    QCOMPARE(QByteArray(std::localeconv()->decimal_point), QByteArray(",")); // the locale took
+    metricsRoundTrip();
+    if (QTest::currentTestFailed())
+        return;
+    stepHistory();
 }
 
 // steps.csv was read whole and rewritten at every resume (a 3 GB one grown by hand made that

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 namespace chatbench {
 
@@ -29,9 +30,9 @@ constexpr int64_t kMaxReportBytes = int64_t(64) << 20;
 
 std::string shownNumber(double v)
 {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.6g", v);
-    return buf;
+    std::ostringstream o; // "%.6g", but with a decimal point in every locale
+    o << v;
+    return o.str();
 }
 
 // obj[key] as a number in [lo, hi] (finite), or FieldError naming the field and the range.

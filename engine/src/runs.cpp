@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -638,9 +639,12 @@ template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const ch
                 ok = false;
                 return 0.0;
             }
-            char* end = nullptr;
-            const double v = std::strtod(c[i].c_str(), &end);
-            if (end == c[i].c_str() || *end != '\0')
+            // Not strtod, which reads in the C library's locale: the window's (set from the
+            // environment by Qt) takes "2.5" for 2 and junk where a decimal comma is the norm.
+            double v = 0;
+            const std::string& cell = c[i];
+            const auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
+            if (ec != std::errc() || end != cell.data() + cell.size())
                 ok = false;
             return v;
         };
