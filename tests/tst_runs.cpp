@@ -809,6 +809,35 @@ void TestRuns::stepHistoryIsCutInPlaceAndNeverBlocks()
                 QString(e.what()).contains("steps.csv") && QString(e.what()).contains("not a regular file"), e.what());
         }
     }
+    QVERIFY(QFile::remove(dir.filePath("steps.csv")));
+
+    // A file the resume cannot read (mode 000, as a user), or one with a header that is not ours
+    // (another tool's log put in its place, a header edited): was written afresh with the rows it
+    // could keep, none, and the history was lost. Now refused, the file untouched.
+    const QByteArray history = header + "1,1,2.5,1,1\n1,2,2.4,1,1\n";
+    const auto readWrite = QFileDevice::ReadOwner | QFileDevice::WriteOwner;
+    auto refused = [&](const QByteArray& content, QFileDevice::Permissions mode, const char* reason) {
+        testutil::writeFile(dir, "steps.csv", content);
+        QVERIFY(QFile::setPermissions(dir.filePath("steps.csv"), mode));
+        {
+            testutil::DacBypassOff asUser;
+            try {
+                keepRunSteps(run, 1);
+                QFAIL(qPrintable(QString("steps.csv was replaced: ") + reason));
+            } catch (const Error& e) {
+                QVERIFY2(e.file() == run + "/steps.csv" && QString(e.what()).contains(reason), e.what());
+            }
+        }
+        QVERIFY(QFile::setPermissions(dir.filePath("steps.csv"), readWrite));
+        QCOMPARE(testutil::readFile(dir.filePath("steps.csv")), content);
+    };
+    refused(history, {}, "cannot read it (Permission denied)");
+    refused("time,value\n1,2.5\n2,2.4\n", readWrite, "does not start with chatbench's header (epoch,step,loss,");
+    refused("epoch;step;loss;tokens_per_second;elapsed_seconds\n1;1;2.5;1;1\n", readWrite, "does not start with");
+    // A header cut short by a kill during the first save holds nothing: written afresh.
+    testutil::writeFile(dir, "steps.csv", header.left(9));
+    keepRunSteps(run, 2);
+    QCOMPARE(testutil::readFile(dir.filePath("steps.csv")), header);
 }
 
 void TestRuns::bestEpochAndOverfittingNote()

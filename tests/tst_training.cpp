@@ -15,6 +15,7 @@
 #include <QRegularExpression>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <random>
 #include <set>
@@ -104,6 +106,7 @@ private Q_SLOTS:
     void halfCreatedRunStartsAfresh();
     void lostStateJsonIsRecovered();
     void foreignFolderIsNeverOverwritten();
+    void unlistableRunFolderIsNeverOverwritten();
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
     void corruptCheckpointFallsBack();
@@ -1086,6 +1089,66 @@ void TestTraining::foreignFolderIsNeverOverwritten()
         QVERIFY2(QString(e.what()).contains("caf\\xE9.yml' is not valid UTF-8"), e.what());
     }
     QVERIFY(!QDir(dir.filePath("latin1")).exists());
+}
+
+// A run folder that can be entered but not listed (mode 300, as an unprivileged user) looked
+// empty: without its state.json, a new training took it for a fresh folder and wrote over the
+// run's config.json, vocab.json and metrics.csv. Now what needs the listing says it cannot list
+// the folder; what does not (chat from state.json's checkpoint) works.
+void TestTraining::unlistableRunFolderIsNeverOverwritten()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    train(cfg, smallCorpus(), run);
+    auto contents = [&] {
+        QStringList out;
+        for (const QString& name : QDir(QString::fromStdString(run)).entryList(QDir::Files | QDir::Hidden)) {
+            QFile f(QDir(QString::fromStdString(run)).filePath(name));
+            out << name + ":" + (f.open(QIODevice::ReadOnly) ? QString::number(qHash(f.readAll())) : "unreadable");
+        }
+        return out;
+    };
+    const QStringList before = contents();
+    QVERIFY(before.size() >= 5);
+    auto expectUnlisted = [&](const std::function<void()>& command, const char* what) {
+        try {
+            command();
+            QFAIL(qPrintable(QString(what) + ": expected an error"));
+        } catch (const Error& e) {
+            QVERIFY2(e.file() == run && QString(e.what()).contains("cannot list the folder (Permission denied)"),
+                qPrintable(QString(what) + ": " + e.what()));
+        }
+    };
+    QCOMPARE(::chmod(run.c_str(), 0300), 0);
+    {
+        testutil::DacBypassOff asUser; // as root, a mode of 300 does not stop listing
+        std::error_code ec;
+        std::filesystem::directory_iterator probe(run, ec);
+        QVERIFY2(ec == std::errc::permission_denied, "the capabilities could not be dropped");
+        cfg.epochs = 2;
+        QVERIFY_THROWS_EXCEPTION(Error, train(cfg, smallCorpus(), run)); // state.json is seen: a run
+        expectUnlisted([&] { resume(run, smallCorpus(), {}, 2); }, "resume"); // it prunes and falls back
+        QVERIFY(Chatbot::load(run).step() > 0); // state.json names its checkpoint
+        QCOMPARE(listRuns(dir.path().toStdString()).size(), size_t(1));
+    }
+    QCOMPARE(::chmod(run.c_str(), 0700), 0);
+    QCOMPARE(contents(), before); // nothing written, nothing removed
+    // state.json gone (the case that wrote over the run): its checkpoints are what say "a run".
+    QVERIFY(QFile::rename(QString::fromStdString(run + "/state.json"), dir.filePath("state.json")));
+    const QStringList without = contents();
+    QCOMPARE(::chmod(run.c_str(), 0300), 0);
+    {
+        testutil::DacBypassOff asUser;
+        expectUnlisted([&] { train(cfg, smallCorpus(), run); }, "train");
+        expectUnlisted([&] { resume(run, smallCorpus(), {}, 2); }, "resume");
+        expectUnlisted([&] { (void)Chatbot::load(run); }, "chat");
+        QVERIFY(listRuns(dir.path().toStdString()).empty()); // the history leaves it out, without an error
+    }
+    QCOMPARE(::chmod(run.c_str(), 0700), 0);
+    QCOMPARE(contents(), without);
+    QVERIFY(Chatbot::load(run).step() > 0); // recovered from its checkpoints once listable
 }
 
 void TestTraining::unknownAndEmptyInput()

@@ -220,7 +220,13 @@ void MainWindow::restore(const QString& fallbackCorpus)
     if (!corpus.isEmpty())
         m_corpus->load(corpus);
     const QString run = settings.value("lastRun").toString();
-    if (!run.isEmpty() && chatbench::isRun(run.toStdString())) {
+    bool reopen = false;
+    try {
+        reopen = !run.isEmpty() && chatbench::isRun(run.toStdString());
+    } catch (const chatbench::Error&) {
+        reopen = true; // a folder that cannot be listed: opening it says so where the window says errors
+    }
+    if (reopen) {
         m_train->setCurrentRun(run);
         m_engine->loadRun(run);
     }

@@ -184,7 +184,13 @@ void checkOutputFile(const std::string& out, const std::vector<std::string>& inp
     if (ec)
         return; // the write names what is wrong with the path
     const fs::path folder = target.parent_path();
-    if (chatbench::isRun(folder.string()) || chatbench::holdsRun(folder.string()))
+    bool inRun = chatbench::holdsRun(folder.string());
+    try {
+        inRun = inRun || chatbench::isRun(folder.string());
+    } catch (const chatbench::Error&) {
+        // a folder that can be written but not listed: its state.json and config.json were looked for
+    }
+    if (inRun)
         throw chatbench::Error(out, 0,
             "is in the run folder " + chatbench::printable(folder.string())
                 + ", whose files the run writes itself: write it elsewhere");

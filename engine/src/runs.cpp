@@ -141,11 +141,31 @@ void saveBestState(const std::string& runDir, const RunState& state)
     writeFileAtomic(bestStatePath(runDir), stateJson(state));
 }
 
+namespace {
+
+// A folder that can be entered but not listed (mode 300) looks empty: every reader of a run's
+// listing refuses it with this.
+Error unlistedFolder(const std::string& runDir, const std::error_code& ec)
+{
+    return Error(runDir, 0,
+        "cannot list the folder (" + ec.message()
+            + "): its run's files could not be found; give read permission on it (chmod u+r)");
+}
+
+} // namespace
+
 std::vector<std::string> checkpointFiles(const std::string& runDir)
 {
     std::vector<std::pair<long long, std::string>> found;
     std::error_code ec;
-    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::directory_iterator it(runDir, ec);
+    // A folder that can be entered but not listed (mode 300) would look empty: its run taken for
+    // none, a new training writing over its files, its checkpoints never found to fall back to.
+    // No folder at all (or a file) holds no checkpoints.
+    auto unlisted = [&] {
+        return ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory;
+    };
+    for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         // ckpt-<step, at least 8 digits>.pt, as checkpointName writes it (steps past 99 999 999 have more).
         const size_t digits = name.size() - std::min(name.size(), std::string_view("ckpt-.pt").size());
@@ -158,6 +178,8 @@ std::vector<std::string> checkpointFiles(const std::string& runDir)
         if (name == checkpointName(step))
             found.emplace_back(step, name);
     }
+    if (unlisted())
+        throw unlistedFolder(runDir, ec);
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<std::string> out;
     for (auto& f : found)
@@ -417,7 +439,15 @@ RunLock::RunLock(const std::string& runDir)
     // a writer that died, unless a live process is writing it (an export a user sent into the run
     // folder: writeFileAtomic's names hold the writer, ".<file>.tmp-<pid>-<n>").
     std::error_code ec;
-    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::directory_iterator it(runDir, ec);
+    if (ec) {
+        // Entered but not listable (mode 300): a writer would neither prune old checkpoints nor
+        // see which files are there, and could take a trained folder for an empty one.
+        ::close(m_fd);
+        m_fd = -1;
+        throw unlistedFolder(runDir, ec);
+    }
+    for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos
             && !tempFileWriterIsAlive(name)) {
@@ -565,15 +595,9 @@ struct CsvFile {
     bool columns = false; // the header named every column asked for
     bool exact = false; // ... and only those, in the order asked for
     int64_t tornAt = -1; // where a last line without its line break starts (a write cut short)
+    int readError = 0; // errno when the file could not be opened or read to its end
 };
 
-// The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
-// columns still reads), a block at a time: memory grows with the rows kept, never with the file
-// (a line longer than any row this engine writes is skipped unread; CR, LF and CRLF each end a
-// line). `row` is called with a
-// lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset where the
-// row's line starts; it returns false to stop reading. A cell that is missing or not a number
-// clears the flag. Files that are not regular, unreadable or without the columns give no rows.
 // A cell that must be a whole number in [lo, hi]; anything else (a fraction, NaN, out of range)
 // makes its row bad rather than reaching an integer conversion.
 int64_t wholeCell(double v, int64_t lo, int64_t hi, bool& ok)
@@ -588,6 +612,14 @@ int64_t wholeCell(double v, int64_t lo, int64_t hi, bool& ok)
 // The largest step a run file's row may name (a row past the run's own step is dropped anyway).
 constexpr int64_t kMaxRowStep = int64_t(1) << 50;
 
+// The rows of a CSV file this engine wrote, read by column name (a file with more or reordered
+// columns still reads), a block at a time: memory grows with the rows kept, never with the file
+// (a line longer than any row this engine writes is skipped unread; CR, LF and CRLF each end a
+// line). `row` is called with a
+// lookup `number(name)`, a flag it clears for rows to leave out, and the byte offset where the
+// row's line starts; it returns false to stop reading. A cell that is missing or not a number
+// clears the flag. Files that are not regular, unreadable or without the columns give no rows;
+// `readError` says why one could not be read.
 template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const char* const (&names)[N], Row&& row)
 {
     constexpr size_t kMaxLine = 4096;
@@ -595,9 +627,12 @@ template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const ch
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) // never a FIFO, which would block the reader
         return found;
+    errno = 0;
     std::ifstream in(path, std::ios::binary);
-    if (!in)
+    if (!in) {
+        found.readError = errno ? errno : EIO;
         return found;
+    }
     auto cells = [](std::string_view l) {
         std::vector<std::string> c;
         size_t from = 0;
@@ -655,7 +690,10 @@ template <size_t N, typename Row> CsvFile readCsv(const fs::path& path, const ch
     int64_t lineStart = 0, offset = 0;
     std::vector<char> block(1 << 16);
     while (!stop && in) {
+        errno = 0;
         in.read(block.data(), static_cast<std::streamsize>(block.size()));
+        if (in.bad())
+            found.readError = errno ? errno : EIO;
         const auto got = static_cast<size_t>(in.gcount());
         if (got == 0)
             break;
@@ -860,6 +898,22 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
         throw Error(path, 0, std::string("write failed (") + std::strerror(err) + ")");
 }
 
+namespace {
+
+// True when `path` holds no more than the start of steps.csv's header: a first save killed
+// while writing it.
+bool tornHeader(const fs::path& path, int64_t size)
+{
+    const std::string header = stepsText({}, true);
+    if (size >= static_cast<int64_t>(header.size()))
+        return false;
+    std::ifstream in(path, std::ios::binary);
+    std::string head(static_cast<size_t>(size), '\0');
+    return in.read(head.data(), size) && header.compare(0, head.size(), head) == 0;
+}
+
+} // namespace
+
 void keepRunSteps(const std::string& runDir, int64_t upToStep)
 {
     // Rows are appended in step order, so the ones past `upToStep` (a save cut short, or steps
@@ -892,9 +946,19 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
             kept.push_back(m);
         return true;
     });
+    // Refused rather than written afresh: the rows kept would be none, and the history it holds lost.
+    if (file.readError != 0)
+        throw Error(path.string(), 0,
+            std::string("cannot read it (") + std::strerror(file.readError)
+                + "): it holds the run's loss per step; give read permission, or move it away to resume without it");
+    if (const std::string header = stepsText({}, true); !file.columns && !tornHeader(path, st.st_size))
+        throw Error(path.string(), 0,
+            "does not start with chatbench's header (" + header.substr(0, header.size() - 1)
+                + "): it is not this run's loss per step (replaced or edited?); put the run's own back, or move it "
+                  "away to resume without it");
     if (!file.columns || !file.exact) {
-        // No header of ours (its rows could not be read anyway), or the columns in another order,
-        // which the next append would not follow: written afresh in ours, with the rows kept.
+        // A header cut short by a kill (no rows after it), or the columns in another order, which
+        // the next append would not follow: written afresh in ours, with the rows kept.
         writeFileAtomic(path.string(), stepsText(kept, /*header=*/true));
         return;
     }
@@ -943,8 +1007,12 @@ std::vector<RunInfo> listRuns(const std::string& runsDir)
     std::error_code ec;
     for (fs::directory_iterator it(runsDir, ec), end; !ec && it != end; it.increment(ec)) {
         std::error_code e2;
-        if (!it->is_directory(e2) || !isRun(it->path().string()))
-            continue;
+        try {
+            if (!it->is_directory(e2) || !isRun(it->path().string()))
+                continue;
+        } catch (const Error&) {
+            continue; // a folder that cannot be listed is not shown as a run
+        }
         RunInfo r;
         r.dir = it->path().string();
         r.name = it->path().filename().string();

@@ -59,6 +59,7 @@ RunState loadStateFile(const std::string& path);
 std::string bestStatePath(const std::string& runDir);
 void saveBestState(const std::string& runDir, const RunState& state);
 // The ckpt-<step>.pt files of a run, newest (highest step) first.
+// Throws Error naming the folder when it exists but cannot be listed.
 std::vector<std::string> checkpointFiles(const std::string& runDir);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 // steps.csv: rows appended before each checkpoint; keepRunSteps rewrites it with the rows up to

@@ -24,6 +24,7 @@
 namespace chatbench {
 
 // True when `dir` holds a run that has saved at least one checkpoint (chat and resume work).
+// Throws Error when `dir` exists but cannot be listed (its checkpoints could not be seen).
 bool isRun(const std::string& dir);
 // True when `dir` holds any part of a run (a new run may not start there).
 bool holdsRun(const std::string& dir);
