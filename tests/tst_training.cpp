@@ -109,6 +109,7 @@ private Q_SLOTS:
     void unlistableRunFolderIsNeverOverwritten();
     void decodeOptionsAreChecked();
     void fullDiskStopsCleanly();
+    void fullDiskAtTheFirstCheckpointLeavesNoHalfRun();
     void corruptCheckpointFallsBack();
     void editedConfigIsNamedNotFallenBackFrom();
     void saveAtTheSameStepKeepsTheNamedCheckpoint();
@@ -805,6 +806,55 @@ void TestTraining::fullDiskStopsCleanly()
     QCOMPARE(resume(run, smallCorpus(), {}, 2).epochsDone, 2); // and training goes on once there is room
 }
 
+// A disk that filled during a new run's first save left config.json, vocab.json and a checkpoint
+// without state.json: "already holds a run" to train, "not a chatbench run" to resume and chat.
+// Now a start that fails before its run is whole takes back what it wrote.
+void TestTraining::fullDiskAtTheFirstCheckpointLeavesNoHalfRun()
+{
+    QTemporaryDir dir;
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    const std::string fresh = dir.filePath("fresh").toStdString(); // made by the start
+    const std::string empty = dir.filePath("empty").toStdString(); // there before it
+    QVERIFY(QDir().mkpath(QString::fromStdString(empty)));
+    auto failsWriting = [&](const std::string& run) {
+        try {
+            train(cfg, smallCorpus(), run);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("write failed") || QString(e.what()).contains("cannot"), e.what());
+        }
+    };
+    {
+        // The checkpoint itself does not fit (a file-size limit stands in for the full disk).
+        rlimit old {};
+        QCOMPARE(getrlimit(RLIMIT_FSIZE, &old), 0);
+        const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+        rlimit small = old;
+        small.rlim_cur = 64 * 1024; // config.json and vocab.json fit, the checkpoint does not
+        QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+        failsWriting(fresh);
+        failsWriting(empty);
+        setrlimit(RLIMIT_FSIZE, &old);
+        std::signal(SIGXFSZ, previous);
+    }
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(fresh)));
+    QCOMPARE(QDir(QString::fromStdString(empty)).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot),
+        QStringList { ".lock" });
+    // The checkpoint written and its state not (the disk filled in between; here a folder where
+    // the state file goes, in a folder a killed start had left its config.json in).
+    train(cfg, smallCorpus(), dir.filePath("donor").toStdString());
+    QVERIFY(QFile::copy(dir.filePath("donor/config.json"), QString::fromStdString(empty + "/config.json")));
+    QVERIFY(QDir().mkpath(QString::fromStdString(empty + "/ckpt-00000000.json")));
+    failsWriting(empty);
+    QCOMPARE(QDir(QString::fromStdString(empty)).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot),
+        QStringList { ".lock" });
+    // and the next start, with room, trains
+    QCOMPARE(train(cfg, smallCorpus(), fresh).status, TrainStatus::Finished);
+    QCOMPARE(train(cfg, smallCorpus(), empty).status, TrainStatus::Finished);
+    QVERIFY(Chatbot::load(empty).step() > 0);
+}
+
 void TestTraining::corruptCheckpointFallsBack()
 {
     // 16 bytes overwritten inside the newest checkpoint once loaded silently (tensor data has no
@@ -911,6 +961,38 @@ void TestTraining::editedConfigIsNamedNotFallenBackFrom()
         "model.embed_dim was " + QString::number(cfg.model.embedDim) + ", now 7");
     expectMismatch(QByteArray(original).replace(hidden, "\"hidden\": 9"), "by config.json",
         "model.hidden was " + QString::number(cfg.model.hidden) + ", now 9");
+    // Edited to the largest sizes config.json allows (8.6 billion parameters, ≈ 69 GB to load):
+    // chat built that model before the checkpoint could refuse it, and took every byte of memory
+    // until the system killed it. Refused at once, naming config.json, where it does not fit.
+    {
+        QFile meminfo("/proc/meminfo");
+        QVERIFY(meminfo.open(QIODevice::ReadOnly));
+        const QRegularExpressionMatch free
+            = QRegularExpression("MemAvailable:\\s+(\\d+) kB").match(QString::fromLatin1(meminfo.readAll()));
+        QVERIFY(free.hasMatch());
+        if (free.captured(1).toLongLong() * 1024 < 60'000'000'000LL) {
+            QFile edited(cfgPath);
+            QVERIFY(edited.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            edited.write(QByteArray(original)
+                             .replace(embed, "\"embed_dim\": 8192")
+                             .replace(hidden, "\"hidden\": 8192")
+                             .replace("\"layers\": " + QByteArray::number(cfg.model.layers), "\"layers\": 8"));
+            edited.close();
+            const auto started = std::chrono::steady_clock::now();
+            try {
+                (void)Chatbot::load(run);
+                QFAIL("expected an error");
+            } catch (const Error& e) {
+                QCOMPARE(QString::fromStdString(e.file()), cfgPath);
+                QVERIFY2(QString(e.what()).contains("loading this model needs about")
+                        && QString(e.what()).contains("was config.json edited?"),
+                    e.what());
+            }
+            QVERIFY(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+        } else {
+            qInfo("%s", "this machine has room for 69 GB: the refusal of a model that does not fit is not tried");
+        }
+    }
     // Put back, the run is as it was: the same step, no note, and it resumes.
     QFile f(cfgPath);
     QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));

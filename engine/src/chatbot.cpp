@@ -11,6 +11,7 @@
 #include "torchutil.h"
 #include "tracedreply.h"
 #include "tracejson.h"
+#include "trainstep.h"
 
 #include <nlohmann/json.hpp>
 
@@ -103,6 +104,12 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
     const ResolvedDevice r = resolveDevice(device, Precision::FP32);
     impl->note = r.note;
     impl->device = parseDevice(r.device);
+    // The model config.json describes is built before a checkpoint can say it does not match: one
+    // edited to hidden 8192 and 8 layers took every byte of memory until the system killed the
+    // process. Its weights and the checkpoint's copy of them, fp32, must fit.
+    if (impl->device.is_cpu())
+        requireMemoryFor(impl->cfg.model, 8.0, "loading",
+            "was config.json edited? put back the sizes the run was trained with", configPath(runDir));
     impl->model = Seq2Seq(impl->cfg.model);
     impl->model->to(impl->device);
     if (weights == Weights::Best) {

@@ -47,14 +47,8 @@ public:
     }
     ~FolderGuard()
     {
-        if (m_armed) {
-            std::error_code ec;
-            if (m_created)
-                fs::remove_all(m_dir, ec);
-            else
-                for (const char* f : { "config.json", "vocab.json", "state.json", "keras-import.json" })
-                    fs::remove(fs::path(m_dir) / f, ec);
-        }
+        if (m_armed)
+            removeFailedStart(m_dir, m_created);
     }
     FolderGuard(const FolderGuard&) = delete;
     FolderGuard& operator=(const FolderGuard&) = delete;

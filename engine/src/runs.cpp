@@ -969,6 +969,27 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
             path.string(), 0, std::string("cannot cut off the steps past the checkpoint: ") + std::strerror(errno));
 }
 
+void removeFailedStart(const std::string& runDir, bool created)
+{
+    std::error_code ec;
+    if (created) {
+        fs::remove_all(runDir, ec);
+        return;
+    }
+    std::vector<std::string> files
+        = { kConfigFile, kVocabFile, kStateFile, kMetricsFile, kStepsFile, "keras-import.json" };
+    try {
+        for (const std::string& ckpt : checkpointFiles(runDir)) {
+            files.push_back(ckpt);
+            files.push_back(ckpt.substr(0, ckpt.size() - 3) + ".json");
+        }
+    } catch (const Error&) {
+        // not listable any more: what can be named goes
+    }
+    for (const std::string& f : files)
+        fs::remove(fs::path(runDir) / f, ec);
+}
+
 bool isRun(const std::string& dir)
 {
     // A folder with checkpoints has trained, whatever became of its state.json (see loadState).

@@ -61,6 +61,11 @@ void saveBestState(const std::string& runDir, const RunState& state);
 // The ckpt-<step>.pt files of a run, newest (highest step) first.
 // Throws Error naming the folder when it exists but cannot be listed.
 std::vector<std::string> checkpointFiles(const std::string& runDir);
+// Undoes a start (a training or an import) that failed before its run was whole (no state.json):
+// the folder goes if the start made it, else the files a start writes, its checkpoints included.
+// Otherwise a checkpoint without its state (a disk that filled between the two) made the folder
+// "a run" that neither a new start nor a resume or chat could use.
+void removeFailedStart(const std::string& runDir, bool created);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 // steps.csv: rows appended before each checkpoint; keepRunSteps rewrites it with the rows up to
 // `upToStep` only (a resume from an older checkpoint).

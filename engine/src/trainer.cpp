@@ -431,12 +431,11 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
             log(cb, big);
         saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     } catch (...) {
-        // Refused before its first checkpoint (a device that is not there, a model too large):
-        // a folder this start made goes again, rather than stay holding only the lock.
-        if (created && !isRun(runDir)) {
-            std::error_code e2;
-            fs::remove_all(runDir, e2);
-        }
+        // Refused or failed before its first whole checkpoint (a device that is not there, a model
+        // too large, a disk that filled): what this start wrote goes again, the folder too if it
+        // made it, rather than stay a half run that neither train, resume nor chat could use.
+        if (!fs::exists(statePath(runDir), ec))
+            removeFailedStart(runDir, created);
         throw;
     }
     return loop(s, cb);

@@ -80,19 +80,34 @@ std::string gigabytes(double bytes)
 
 } // namespace
 
+namespace {
+
+std::string modelSizes(const ModelConfig& m)
+{
+    return " (" + std::to_string(parameterCount(m)) + " parameters: vocabulary " + std::to_string(m.vocabSize)
+        + ", embed " + std::to_string(m.embedDim) + ", hidden " + std::to_string(m.hidden) + ", "
+        + std::to_string(m.layers) + " layer(s))";
+}
+
+} // namespace
+
+void requireMemoryFor(const ModelConfig& model, double bytesPerParameter, const std::string& doing,
+    const std::string& fix, const std::string& file)
+{
+    const double need = bytesPerParameter * static_cast<double>(parameterCount(model));
+    if (const int64_t avail = availableMemory(); avail > 0 && need > static_cast<double>(avail))
+        throw Error(file, 0,
+            doing + " this model needs about " + gigabytes(need) + " of memory" + modelSizes(model) + ", and "
+                + gigabytes(static_cast<double>(avail)) + " is available: " + fix);
+}
+
 Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision)
 {
     // Weights, gradients and RMSprop's averages (fp32 each), and the second core's gradients: a
     // model that cannot have those is refused before LibTorch's allocator says so in its words.
-    const int64_t params = parameterCount(cfg.model);
-    const double need = 16.0 * static_cast<double>(params);
-    const std::string sizes = " (" + std::to_string(params) + " parameters: vocabulary "
-        + std::to_string(cfg.model.vocabSize) + ", embed " + std::to_string(cfg.model.embedDim) + ", hidden "
-        + std::to_string(cfg.model.hidden) + ", " + std::to_string(cfg.model.layers) + " layer(s))";
+    const std::string sizes = modelSizes(cfg.model);
     if (device.is_cpu())
-        if (const int64_t avail = availableMemory(); avail > 0 && need > static_cast<double>(avail))
-            throw Error("training this model needs about " + gigabytes(need) + " of memory" + sizes + ", and "
-                + gigabytes(static_cast<double>(avail)) + " is available: lower --hidden, --embed or --layers");
+        requireMemoryFor(cfg.model, 16.0, "training", "lower --hidden, --embed or --layers");
     try {
         return makeStepperOn(cfg, device, precision);
     } catch (const c10::Error& e) {

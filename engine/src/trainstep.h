@@ -45,6 +45,13 @@ struct Stepper {
     std::shared_ptr<c10::ThreadPool> partThreads;
 };
 
+// Refuses, before LibTorch's allocator would (or the kernel's OOM killer, first), a model whose
+// `bytesPerParameter` × parameters exceed the memory this process may still take: "<doing> this
+// model needs about 137 GB of memory (… parameters: …), and 20.1 GB is available: <fix>".
+// `file` (may be empty) is named in the error.
+void requireMemoryFor(const ModelConfig& model, double bytesPerParameter, const std::string& doing,
+    const std::string& fix, const std::string& file = {});
+
 // model + optimizer built from `cfg` (seeded with cfg.seed) on `device` at `precision`.
 Stepper makeStepper(const TrainConfig& cfg, const torch::Device& device, Precision precision);
 
