@@ -833,6 +833,17 @@ void TestCli::oversizedInputsAreRefusedByName()
     QVERIFY2(
         chat.err.contains("standard input:2: a line of more than 4 MiB is not a chat message"), qPrintable(chat.err));
     QVERIFY(!chat.out.isEmpty()); // the first line was answered
+    // Standard input that cannot be read (a folder given as `< dir`) was taken for its end: exit 0
+    // without a word. Now an error, status 1.
+    {
+        QProcess p;
+        p.setStandardInputFile(m_dir.path());
+        p.start(CHATBENCH_CLI, { "chat", "--run", run });
+        QVERIFY(p.waitForFinished(120000));
+        QCOMPARE(p.exitCode(), 1);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains("error: standard input:1: cannot read it (Is a directory)"), qPrintable(err));
+    }
     auto grow = [](const QString& path) { // sparse: 300 MiB of zeros that take no disk
         QFile f(path);
         QVERIFY(f.open(QIODevice::ReadWrite) && f.resize(qint64(300) << 20));

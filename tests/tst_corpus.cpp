@@ -779,6 +779,10 @@ void TestCorpus::folderNamesWhatItCannotRead()
     const auto alone = loadError(locked);
     QVERIFY(alone);
     QVERIFY2(QString(alone->what()).contains("could be read"), alone->what());
+    // A file inside it: not "no such file or folder", which sent users looking for a typo.
+    const auto inside = loadError(locked + "/b.yml");
+    QVERIFY(inside);
+    QVERIFY2(QString(inside->what()).contains("b.yml: cannot reach it (Permission denied)"), inside->what());
     ::chmod(locked.c_str(), 0755);
 }
 

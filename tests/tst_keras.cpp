@@ -351,6 +351,25 @@ void TestKeras::badFilesGiveErrors()
     // A TMPDIR that is no folder: "filesystem error: temp_directory_path: …", naming neither.
     qputenv("TMPDIR", "/nonexistent-folder");
     expectError(kFixtures + "recipe.keras", "TMPDIR=/nonexistent-folder is not a folder");
+    {
+        // One that cannot be written: "(disk full?)" was guessed, and the copy begun stayed.
+        QTemporaryDir readOnly;
+        QVERIFY(QFile::setPermissions(readOnly.path(), QFileDevice::ReadOwner | QFileDevice::ExeOwner));
+        qputenv("TMPDIR", readOnly.path().toLocal8Bit());
+        {
+            testutil::DacBypassOff asUser; // the reader's child inherits it
+            expectError(kFixtures + "recipe.keras", "cannot write a temporary copy of its weights to "
+                    + readOnly.path().toStdString() + "/chatbench-keras-");
+            expectError(kFixtures + "recipe.keras", "(Permission denied): set TMPDIR to a writable folder");
+            // and a model file that cannot be read says why
+            const std::string locked = m_dir.filePath("locked.keras").toStdString();
+            QVERIFY(QFile::copy(QString::fromStdString(kFixtures + "recipe.keras"), QString::fromStdString(locked)));
+            QVERIFY(QFile::setPermissions(QString::fromStdString(locked), {}));
+            expectError(locked, "cannot open the model file (Permission denied)");
+        }
+        QVERIFY(QDir(readOnly.path()).isEmpty());
+        QVERIFY(QFile::setPermissions(readOnly.path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner));
+    }
     qunsetenv("TMPDIR");
     // A .keras saved by Keras 2 (tf_keras 2.21's model.save): its weights are keyed by layer class.
     expectError(kFixtures + "keras2-saved.keras", "written by Keras 2.21.0");

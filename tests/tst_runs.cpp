@@ -54,6 +54,7 @@ private Q_SLOTS:
     void hugeNumbersAreErrors();
     void stepHistory();
     void runFilesReadTheSameInADecimalCommaLocale();
+    void runFolderAccessErrorsSayWhy();
     void stepHistoryIsCutInPlaceAndNeverBlocks();
     void bestEpochAndOverfittingNote();
     void listsOnlyRunsNewestFirst();
@@ -410,6 +411,12 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                          << "\"hidden\": \\d+"
                                          << "\"hidden\": 0"
                                          << "hidden must be 1..8192" << true;
+    // Let through as "cuda…", and refused by the resume only when training began, naming no file.
+    QTest::newRow("config device index") << "config.json"
+                                         << "\"device\": \"cpu\""
+                                         << "\"device\": \"cuda:99999999999\""
+                                         << "device must be 'cpu', 'cuda' or 'cuda:N' (N a device number), not 'cuda:99999999999'"
+                                         << true;
     QTest::newRow("vocab mode") << "vocab.json"
                                 << "\"mode\": \"[a-z]+\""
                                 << "\"mode\": \"bpe\""
@@ -704,6 +711,36 @@ void TestRuns::runFilesReadTheSameInADecimalCommaLocale()
     stepHistory();
 }
 
+// A run folder that could not be reached was "not a chatbench run folder (no config.json)"
+// whatever the reason: a typo, a folder without permission, a loop of links, a name too long.
+void TestRuns::runFolderAccessErrorsSayWhy()
+{
+    QTemporaryDir dir;
+    auto errorOf = [](const QString& run) -> QString {
+        try {
+            (void)loadRunConfig(run.toStdString());
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "no error";
+    };
+    QCOMPARE(errorOf(dir.filePath("missing")), dir.filePath("missing") + ": no such run folder");
+    QVERIFY(QDir().mkpath(dir.filePath("empty")));
+    QCOMPARE(errorOf(dir.filePath("empty")), dir.filePath("empty") + ": not a chatbench run folder (no config.json)");
+    QVERIFY(QFile::link(dir.filePath("loop1"), dir.filePath("loop2")));
+    QVERIFY(QFile::link(dir.filePath("loop2"), dir.filePath("loop1")));
+    QCOMPARE(errorOf(dir.filePath("loop1")), dir.filePath("loop1") + ": cannot reach it (Too many levels of symbolic links)");
+    const QString tooLong = dir.filePath(QString(300, 'x'));
+    QCOMPARE(errorOf(tooLong), tooLong + ": cannot reach it (File name too long)");
+    testutil::writeFile(dir, "locked/config.json", "{}");
+    QCOMPARE(::chmod(qPrintable(dir.filePath("locked")), 0), 0);
+    {
+        testutil::DacBypassOff asUser;
+        QCOMPARE(errorOf(dir.filePath("locked")), dir.filePath("locked/config.json") + ": cannot reach it (Permission denied)");
+    }
+    QCOMPARE(::chmod(qPrintable(dir.filePath("locked")), 0700), 0);
+}
+
 // steps.csv was read whole and rewritten at every resume (a 3 GB one grown by hand made that
 // slow and, under a memory limit, impossible); a FIFO in its place would have hung a save.
 void TestRuns::stepHistoryIsCutInPlaceAndNeverBlocks()
@@ -920,6 +957,7 @@ void TestRuns::runCorpusErrorsNameTheConfig()
 {
     QTemporaryDir dir;
     const std::string run = dir.filePath("run").toStdString();
+    std::filesystem::create_directories(run); // a folder that is no run (no folder: runFolderAccessErrorsSayWhy)
     try {
         loadRunCorpus(run);
         QFAIL("expected an error");

@@ -7,6 +7,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -168,20 +171,27 @@ void printReply(const Reply& r, const ChatArgs& a)
 // The longest line read as one message (a chat message is words; a file of no newlines is not).
 constexpr size_t kMaxMessageBytes = size_t(4) << 20;
 
-enum class LineRead { Line, End, TooLong };
+enum class LineRead { Line, End, TooLong, Failed };
 
 // std::getline with a limit: a line past `max` bytes is not read on (stdin from /dev/zero or a
 // binary file would otherwise grow one string until memory runs out).
-LineRead readLine(std::istream& in, std::string& line, size_t max)
+LineRead readLine(std::istream& in, std::string& line, size_t max, int& error)
 {
     line.clear();
-    for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+    errno = 0;
+    int c;
+    for (; (c = in.get()) != std::char_traits<char>::eof(); errno = 0) {
         if (c == '\n')
             return LineRead::Line;
         if (line.size() == max)
             return LineRead::TooLong;
         line.push_back(static_cast<char>(c));
     }
+    // A read that failed (a folder, a write-only descriptor) is not the end of the questions.
+    // std::cin reads through C's stdin (synchronised with stdio), which keeps the failure in ferror.
+    error = errno; // as the read that ended the loop left it
+    if (in.bad() || (&in == &std::cin && std::ferror(stdin)))
+        return LineRead::Failed;
     return line.empty() ? LineRead::End : LineRead::Line;
 }
 
@@ -249,9 +259,15 @@ int run(const ChatArgs& a)
     for (int64_t lineNo = 1;; ++lineNo) {
         if (tty)
             std::cout << "you> " << std::flush;
-        const LineRead got = readLine(std::cin, line, kMaxMessageBytes);
+        int readError = 0;
+        const LineRead got = readLine(std::cin, line, kMaxMessageBytes, readError);
         if (got == LineRead::End)
             break;
+        if (got == LineRead::Failed) {
+            std::cerr << "error: standard input:" << lineNo << ": cannot read it"
+                      << (readError ? std::string(" (") + std::strerror(readError) + ")" : std::string()) << std::endl;
+            return 1;
+        }
         if (got == LineRead::TooLong) {
             std::cerr << "error: standard input:" << lineNo << ": a line of more than " << (kMaxMessageBytes >> 20)
                       << " MiB is not a chat message; stopped reading" << std::endl;

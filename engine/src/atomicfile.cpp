@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -233,6 +234,18 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             throw Error(path, 0, why);
         }
     });
+}
+
+std::string temporaryFolder(const std::string& use)
+{
+    const char* dir = std::getenv("TMPDIR");
+    if (!dir || !*dir)
+        return "/tmp";
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw Error("TMPDIR=" + printable(dir) + " is not a folder (" + (ec ? ec.message() : "not a directory") + "); "
+            + use + ": set TMPDIR to a writable folder, or unset it");
+    return dir;
 }
 
 } // namespace chatbench

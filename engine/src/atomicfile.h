@@ -21,4 +21,9 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
 // was in them (".<name>.tmp-<n>") or of another shape.
 bool tempFileWriterIsAlive(const std::string& fileName);
 
+// The folder for temporary files: TMPDIR when set and not empty, else /tmp. A TMPDIR that is not
+// a folder is an Error naming it and `use` (what goes there: "the doctor trains a tiny model
+// there"), not the standard library's bare "temp_directory_path".
+std::string temporaryFolder(const std::string& use);
+
 } // namespace chatbench

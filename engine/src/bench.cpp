@@ -1,5 +1,6 @@
 #include "chatbench/bench.h"
 
+#include "atomicfile.h"
 #include "batches.h"
 #include "bench_probes.h"
 #include "chatbench/devices.h"
@@ -22,6 +23,8 @@ namespace fs = std::filesystem;
 namespace chatbench {
 
 namespace {
+
+constexpr const char* kRaceFolder = "the race trains in a folder there (--race-epochs 0 leaves it out)";
 
 double steadySeconds()
 {
@@ -390,7 +393,7 @@ struct Bench {
         curve.precision = precision;
         curve.threads = threads > 0 ? threads : torch::get_num_threads();
         const fs::path dir
-            = fs::temp_directory_path() / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
+            = fs::path(temporaryFolder(kRaceFolder)) / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
         TrainCallbacks tcb;
         tcb.cancel = cb.cancel;
         tcb.onEpoch = [&](const EpochMetrics& m) {
@@ -529,6 +532,8 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
             [&](const Combo& c) { return Bench::tracesFast(c.dev, c.precision, bench.train.model); }));
     std::vector<std::pair<std::string, BenchPrecision>> raceRuns;
     if (cfg.raceEpochs > 0) {
+        // Said before minutes of timing, not as a note at the end that the race was skipped.
+        (void)temporaryFolder(kRaceFolder);
         std::set<std::pair<std::string, BenchPrecision>> seen;
         for (const auto& c : combos)
             if (seen.insert({ c.dev.str(), c.precision }).second)

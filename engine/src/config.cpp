@@ -86,7 +86,12 @@ void validate(const TrainConfig& c)
     need(c.threads >= 0 && c.threads <= 1024, "threads must be 0..1024");
     need(c.tokenizer.minFrequency >= 1, "min_frequency must be >= 1");
     need(c.tokenizer.maxSize == 0 || c.tokenizer.maxSize >= 5, "max_vocab must be 0 (no limit) or >= 5");
-    need(c.device == "cpu" || c.device.rfind("cuda", 0) == 0, "device must be 'cpu' or 'cuda:N'");
+    // The names the device parser takes ("cuda:99999999999" was let through here and refused only
+    // when training began, without naming config.json).
+    const std::string index = c.device.rfind("cuda:", 0) == 0 ? c.device.substr(5) : "";
+    need(c.device == "cpu" || c.device == "cuda"
+            || (!index.empty() && index.size() < 4 && index.find_first_not_of("0123456789") == std::string::npos),
+        "device must be 'cpu', 'cuda' or 'cuda:N' (N a device number), not '" + printable(c.device) + "'");
     // config.json is UTF-8 JSON: a path that is not cannot be stored, and a replaced byte would
     // name another file on resume.
     need(text::invalidUtf8Offset(c.corpus) == std::string::npos,

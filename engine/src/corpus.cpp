@@ -599,8 +599,8 @@ CorpusFormat detectFormat(const std::string& path)
 {
     const fs::path p(path);
     std::error_code ec;
-    if (!fs::exists(p, ec))
-        throw Error(path, 0, "no such file or folder");
+    if (const std::string why = text::unreachable(path); !why.empty())
+        throw Error(path, 0, why);
     if (!fs::is_directory(p, ec) && !fs::is_regular_file(p, ec))
         throw Error(path, 0, kNotRegular);
     if (fs::is_directory(p, ec)) {
@@ -689,8 +689,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
     Loader L { corpus, options };
     const fs::path p(path);
     std::error_code ec;
-    if (!fs::exists(p, ec))
-        throw Error(path, 0, "no such file or folder");
+    if (const std::string why = text::unreachable(path); !why.empty())
+        throw Error(path, 0, why);
     const bool isDir = fs::is_directory(p, ec);
     // A format guessed from a file's content may be the wrong guess: failures say so.
     const bool guessed = options.format == CorpusFormat::Auto && !isDir && !formatFromName(p);

@@ -2,13 +2,16 @@
 
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
+#include "atomicfile.h"
 #include "tracejson.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iomanip>
@@ -25,9 +28,12 @@ class ScratchDir {
 public:
     ScratchDir()
     {
-        std::string tmpl = (fs::temp_directory_path() / "chatbench-doctor-XXXXXX").string();
+        std::string tmpl
+            = (fs::path(temporaryFolder("the doctor trains a tiny model there")) / "chatbench-doctor-XXXXXX").string();
         if (!::mkdtemp(tmpl.data()))
-            throw Error(tmpl, 0, "cannot create a temporary folder for the doctor's tiny model");
+            throw Error(tmpl, 0,
+                "cannot create a temporary folder for the doctor's tiny model (" + std::string(std::strerror(errno))
+                    + "): set TMPDIR to a writable folder");
         m_path = tmpl;
     }
     ~ScratchDir()

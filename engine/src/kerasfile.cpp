@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,9 +53,11 @@ enum class Container { Zip, Hdf5, Other };
 
 Container sniff(const std::string& path)
 {
+    errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in)
-        throw Error(path, 0, "cannot open the model file");
+        throw Error(path, 0,
+            "cannot open the model file" + (errno ? " (" + std::string(std::strerror(errno)) + ")" : std::string()));
     char head[8] = {};
     in.read(head, sizeof head);
     if (in.gcount() >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0)
@@ -145,34 +148,38 @@ private:
     zip_t* m_zip = nullptr;
 };
 
-// TMPDIR when set (an error naming it when it is no folder), /tmp otherwise.
-fs::path temporaryFolder()
-{
-    const char* dir = std::getenv("TMPDIR");
-    if (!dir || !*dir)
-        return "/tmp";
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-        throw Error("TMPDIR=" + printable(dir)
-            + " is not a folder; the weights of a .keras file are copied there to be read: set TMPDIR to a "
-              "writable folder, or unset it");
-    return dir;
-}
+constexpr const char* kWeightsCopied = "the weights of a .keras file are copied there to be read";
 
 // A file in the temporary folder, removed however reading ends.
 class TempFile {
 public:
-    explicit TempFile(const std::string& bytes)
+    // `model`: the file the bytes come from, which an error names.
+    TempFile(const std::string& bytes, const std::string& model)
     {
         static std::atomic<int> counter { 0 };
-        m_path = (temporaryFolder()
+        m_path = (fs::path(temporaryFolder(kWeightsCopied))
             / ("chatbench-keras-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".h5"))
                      .string();
-        std::ofstream out(m_path, std::ios::binary | std::ios::trunc);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.close();
-        if (!out)
-            throw Error(m_path, 0, "cannot write a temporary copy of the weights (disk full?)");
+        // Written with the system's calls, whose errors say why ("Permission denied", "No space
+        // left on device"); a copy cut short is removed before the error leaves.
+        const int fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        int error = fd < 0 ? errno : 0;
+        for (size_t done = 0; fd >= 0 && error == 0 && done < bytes.size();) {
+            const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+            if (n < 0 && errno != EINTR)
+                error = errno;
+            else if (n > 0)
+                done += static_cast<size_t>(n);
+        }
+        if (fd >= 0 && ::close(fd) != 0 && error == 0)
+            error = errno;
+        if (error != 0) {
+            if (fd >= 0)
+                remove();
+            throw Error(model, 0,
+                "cannot write a temporary copy of its weights to " + printable(m_path) + " ("
+                    + std::string(std::strerror(error)) + "): set TMPDIR to a writable folder with room");
+        }
     }
     ~TempFile() { remove(); }
     void remove()
@@ -192,7 +199,7 @@ private:
 // removed when their process is gone.
 void removeStaleTempFiles()
 {
-    removeDeadProcessesFiles(temporaryFolder().string(), "chatbench-keras-", ".h5");
+    removeDeadProcessesFiles(temporaryFolder(kWeightsCopied), "chatbench-keras-", ".h5");
 }
 
 // ---- HDF5 ----------------------------------------------------------------------------------------
@@ -830,8 +837,8 @@ void requireModelFile(const std::string& path)
     if (path.empty())
         throw Error("no model file given");
     const fs::file_status st = fs::status(path, ec);
-    if (!fs::exists(st))
-        throw Error(path, 0, "no such model file");
+    if (const std::string why = text::unreachable(path); !why.empty())
+        throw Error(path, 0, why == text::kNotThere ? "no such model file" : why);
     if (fs::is_directory(st))
         throw Error(path, 0, "is a folder, not a model file (.keras or .h5)");
     if (!fs::is_regular_file(st))
@@ -852,7 +859,7 @@ KerasSeq2Seq readKerasSeq2SeqInProcess(const std::string& path)
                     "a .keras file written by Keras " + version
                         + " (tf_keras), whose weights are laid out by layer class, not name: save the model as .h5 "
                           "with that Keras and import the .h5");
-            TempFile weights(zip.read("model.weights.h5", kMaxWeightsBytes));
+            TempFile weights(zip.read("model.weights.h5", kMaxWeightsBytes), path);
             if (sniff(weights.path()) != Container::Hdf5)
                 throw Error(path, 0, "model.weights.h5 in the archive is not an HDF5 file");
             const H5::H5File f(weights.path(), H5F_ACC_RDONLY);
@@ -1023,7 +1030,7 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
         // The child's temporary copy of the weights (named after its process id) stays behind.
         std::error_code ec;
         const std::string prefix = "chatbench-keras-" + std::to_string(child.pid) + "-";
-        for (const auto& e : fs::directory_iterator(temporaryFolder(), ec)) // checked before the child
+        for (const auto& e : fs::directory_iterator(temporaryFolder(kWeightsCopied), ec)) // checked before the child
             if (e.path().filename().string().rfind(prefix, 0) == 0)
                 fs::remove(e.path(), ec);
         if (child.end == ChildOutcome::End::TimedOut)

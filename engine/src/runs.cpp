@@ -1004,8 +1004,13 @@ bool holdsRun(const std::string& dir)
 TrainConfig loadRunConfig(const std::string& runDir)
 {
     const std::string path = configPath(runDir);
-    if (!present(path))
+    if (!present(path)) {
+        if (const std::string why = text::unreachable(runDir); !why.empty())
+            throw Error(runDir, 0, why == text::kNotThere ? "no such run folder" : why);
+        if (const std::string why = text::unreachable(path); !why.empty() && why != text::kNotThere)
+            throw Error(path, 0, why);
         throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
+    }
     return trainConfigFromJson(text::readFile(path, text::kMaxJsonFileBytes), path);
 }
 

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/stat.h>
+
 namespace chatbench::text {
 
 namespace {
@@ -55,6 +57,17 @@ std::string readFile(const std::string& path, int64_t maxBytes, const char* rais
     if (in.bad())
         throw Error(path, 0, "read error");
     return out;
+}
+
+std::string unreachable(const std::string& path)
+{
+    struct stat st { };
+    if (::stat(path.c_str(), &st) == 0)
+        return {};
+    const int error = errno;
+    if (error == ENOENT || error == ENOTDIR)
+        return kNotThere;
+    return "cannot reach it (" + std::string(std::strerror(error)) + ")";
 }
 
 std::string readHead(const std::string& path, size_t n)

@@ -16,6 +16,12 @@ std::string readFile(const std::string& path, int64_t maxBytes = -1, const char*
 // fits): past it, an Error naming the file, not a multi-gigabyte read.
 inline constexpr int64_t kMaxJsonFileBytes = int64_t(256) << 20;
 
+// Why `path` cannot be reached, for an error message: "no such file or folder" when it is not
+// there, else the system's reason ("cannot reach it (Permission denied)", "… (Too many levels of
+// symbolic links)", "… (File name too long)"); empty when it can be.
+std::string unreachable(const std::string& path);
+inline constexpr const char* kNotThere = "no such file or folder";
+
 // The first `n` bytes of a file (fewer when it is shorter).
 std::string readHead(const std::string& path, size_t n);
 
