@@ -307,7 +307,8 @@ void TestCli::badArguments()
     for (const QString device : { "cuda:-1", "cuda:abc" }) {
         const Run d = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev-left"), "--device", device });
         QCOMPARE(d.code, 1);
-        QVERIFY2(d.err.contains("unknown device"), qPrintable(d.err));
+        QVERIFY2(d.err.contains("device must be 'cpu', 'cuda' or 'cuda:N' (N a device number), not '" + device + "'"),
+            qPrintable(d.err));
         QVERIFY(!QFileInfo::exists(m_dir.filePath("dev-left")));
     }
     const Run again = cli({ "train", "--corpus", m_corpus, "--run", m_run });
@@ -315,7 +316,11 @@ void TestCli::badArguments()
     QVERIFY(again.err.contains("already holds a run"));
     const Run noRun = cli({ "chat", "--run", m_dir.filePath("missing"), "--once", "hi" });
     QCOMPARE(noRun.code, 1);
-    QVERIFY(noRun.err.contains("config.json"));
+    QVERIFY2(noRun.err.contains(m_dir.filePath("missing") + ": no such run folder"), qPrintable(noRun.err));
+    QVERIFY(QDir().mkpath(m_dir.filePath("not-a-run")));
+    const Run notRun = cli({ "chat", "--run", m_dir.filePath("not-a-run"), "--once", "hi" });
+    QCOMPARE(notRun.code, 1);
+    QVERIFY2(notRun.err.contains("not a chatbench run folder (no config.json)"), qPrintable(notRun.err));
     // NaN and out-of-range numbers are refused, not silently replaced.
     for (const QStringList& bad :
         { QStringList { "chat", "--run", m_run, "--once", "hi", "--method", "sample", "--temperature", "nan" },
