@@ -158,14 +158,7 @@ std::vector<std::string> checkpointFiles(const std::string& runDir)
 {
     std::vector<std::pair<long long, std::string>> found;
     std::error_code ec;
-    fs::directory_iterator it(runDir, ec);
-    // A folder that can be entered but not listed (mode 300) would look empty: its run taken for
-    // none, a new training writing over its files, its checkpoints never found to fall back to.
-    // No folder at all (or a file) holds no checkpoints.
-    auto unlisted = [&] {
-        return ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory;
-    };
-    for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(runDir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         // ckpt-<step, at least 8 digits>.pt, as checkpointName writes it (steps past 99 999 999 have more).
         const size_t digits = name.size() - std::min(name.size(), std::string_view("ckpt-.pt").size());
@@ -178,7 +171,8 @@ std::vector<std::string> checkpointFiles(const std::string& runDir)
         if (name == checkpointName(step))
             found.emplace_back(step, name);
     }
-    if (unlisted())
+    // No folder at all (or a file) holds no checkpoints; one that cannot be listed is not "none".
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
         throw unlistedFolder(runDir, ec);
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<std::string> out;
