@@ -213,6 +213,7 @@ private Q_SLOTS:
     void fastDecoderMatchesTheModules();
     void repliesCapTheirThreads();
     void logSumExpMatchesDouble();
+    void panelProductsMatchDouble();
     void handoffIsAtTrueLastToken();
     void attentionIgnoresPadding();
     void attentionWorksInHalfPrecision();
@@ -405,6 +406,52 @@ void TestModel::logSumExpMatchesDouble()
         const double expected = torch::logsumexp(z.to(torch::kFloat64), 0).item<double>();
         const double got = kernels::logSumExp(z.data_ptr<float>(), V);
         QVERIFY2(std::abs(got - expected) <= 1e-6 * std::max(1.0, std::abs(expected)), qPrintable(QString::number(V)));
+    }
+}
+
+void TestModel::panelProductsMatchDouble()
+{
+    // The batch-1 matrix-vector product over panels, against the product in double: shapes that
+    // leave every remainder of the 64-row panels and their 8-row lanes, a bias or the output's
+    // own values as the addend, and the panels split between threads in every way the
+    // decoder can (the same floats whichever thread sums a row).
+    torch::manual_seed(9);
+    for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>> {
+             { 1, 1 }, { 7, 5 }, { 8, 3 }, { 9, 200 }, { 63, 17 }, { 64, 64 }, { 65, 1 }, { 130, 33 }, { 2287, 200 } }) {
+        const QString shape = QStringLiteral("%1 x %2").arg(m).arg(n);
+        const auto w = torch::randn({ m, n });
+        const auto x = torch::randn({ n });
+        const auto b = torch::randn({ m });
+        const auto expected = at::addmv(b.to(torch::kFloat64), w.to(torch::kFloat64), x.to(torch::kFloat64));
+        const auto bound = (w.abs().to(torch::kFloat64).mv(x.abs().to(torch::kFloat64)) + b.abs()) * 1e-6; // rounding
+        const PanelMatrix panels(w);
+        QCOMPARE(panels.rows(), m);
+        QCOMPARE(panels.cols(), n);
+
+        auto withBias = torch::full({ m }, std::nanf(""));
+        panels.product(x.data_ptr<float>(), b.data_ptr<float>(), withBias.data_ptr<float>());
+        QVERIFY2(((withBias.to(torch::kFloat64) - expected).abs() <= bound).all().item<bool>(), qPrintable(shape));
+
+        auto inPlace = b.clone(); // b == nullptr: y's own values are the addend
+        panels.product(x.data_ptr<float>(), nullptr, inPlace.data_ptr<float>());
+        QVERIFY2(torch::equal(inPlace, withBias), qPrintable(shape));
+
+        const int before = at::get_num_threads();
+        for (int threads : { 1, 2, 3, 8 }) {
+            torch::set_num_threads(threads);
+            auto y = torch::empty({ m });
+            panels.product(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>());
+            QVERIFY2(torch::equal(y, withBias), qPrintable(shape + QStringLiteral(", %1 threads").arg(threads)));
+        }
+        torch::set_num_threads(before);
+        // Any split along panel bounds, as at::parallel_for hands them out.
+        auto pieces = torch::empty({ m });
+        const auto packed = torch::empty({ kernels::panelFloats(m, n) });
+        kernels::packPanels(w.data_ptr<float>(), m, n, packed.data_ptr<float>());
+        for (int64_t first = 0; first < m; first += kernels::kPanelRows)
+            kernels::panelMatVec(packed.data_ptr<float>(), m, n, x.data_ptr<float>(), b.data_ptr<float>(),
+                pieces.data_ptr<float>(), first, std::min(first + kernels::kPanelRows, m));
+        QVERIFY2(torch::equal(pieces, withBias), qPrintable(shape));
     }
 }
 

@@ -16,7 +16,32 @@ torch::Tensor cpuCopy(const torch::Tensor& t)
     return t.detach().to(torch::kCPU, torch::kFloat32).contiguous().clone();
 }
 
+// Panels per thread at least: a product shared out more finely costs more in handing out than
+// it saves (a panel of the seed preset's products is 51 KB).
+constexpr int64_t kMinBytesPerThread = 32 << 10;
+
 } // namespace
+
+PanelMatrix::PanelMatrix(const torch::Tensor& w)
+    : m_rows(w.size(0))
+    , m_cols(w.size(1))
+{
+    const auto rowMajor = cpuCopy(w);
+    m_panels = torch::empty({ kernels::panelFloats(m_rows, m_cols) }, torch::kFloat32);
+    kernels::packPanels(rowMajor.data_ptr<float>(), m_rows, m_cols, m_panels.data_ptr<float>());
+}
+
+void PanelMatrix::product(const float* x, const float* b, float* y) const
+{
+    const int64_t panels = (m_rows + kernels::kPanelRows - 1) / kernels::kPanelRows;
+    const int64_t panelBytes = kernels::kPanelRows * m_cols * static_cast<int64_t>(sizeof(float));
+    const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / panelBytes);
+    const float* data = m_panels.data_ptr<float>();
+    at::parallel_for(0, panels, grain, [&](int64_t first, int64_t last) {
+        kernels::panelMatVec(data, m_rows, m_cols, x, b, y, first * kernels::kPanelRows,
+            std::min(last * kernels::kPanelRows, m_rows));
+    });
+}
 
 std::vector<FastDecoder::Layer> FastDecoder::layers(
     torch::nn::LSTM& lstm, int count, const torch::Tensor& embedding, int64_t maxTableBytes)
@@ -33,9 +58,9 @@ std::vector<FastDecoder::Layer> FastDecoder::layers(
         const int64_t tableBytes = embedding.size(0) * wih.size(0) * static_cast<int64_t>(sizeof(float));
         if (l == 0 && tableBytes <= maxTableBytes) {
             layer.table = at::addmm(layer.b, embedding, wih.t()).contiguous(); // (V, 4H)
-            layer.w = whh;
+            layer.w = PanelMatrix(whh);
         } else {
-            layer.w = torch::cat({ wih, whh }, /*dim=*/1).contiguous(); // (4H, I + H)
+            layer.w = PanelMatrix(torch::cat({ wih, whh }, /*dim=*/1)); // (4H, I + H)
         }
         out.push_back(std::move(layer));
     }
@@ -54,7 +79,7 @@ FastDecoder::FastDecoder(Seq2SeqImpl& model, int64_t maxTableBytes)
     m_decoderEmbedding = cpuCopy(model.decoderEmbedding->weight);
     m_encoder = layers(model.encoder, cfg.layers, m_encoderEmbedding, maxTableBytes);
     m_decoder = layers(model.decoder, cfg.layers, m_decoderEmbedding, maxTableBytes);
-    m_outW = cpuCopy(model.output->weight);
+    m_out = PanelMatrix(model.output->weight);
     m_outB = cpuCopy(model.output->bias);
 }
 
@@ -84,16 +109,14 @@ void FastDecoder::step(
         float* hl = ws.h.data() + static_cast<int64_t>(l) * H;
         float* cl = ws.c.data() + static_cast<int64_t>(l) * H;
         if (layer.table.defined()) {
-            // The token's row of the input table, then the recurrent product added into it.
-            std::copy_n(layer.table.data_ptr<float>() + id * 4 * H, 4 * H, g);
-            ws.gates.addmv_(layer.w, torch::from_blob(hl, { H }, torch::kFloat32));
+            // The token's row of the input table plus the recurrent product.
+            layer.w.product(hl, layer.table.data_ptr<float>() + id * 4 * H, g);
         } else {
             // xh = [x; h_l] so both kernels are one product.
-            auto in = ws.xh.narrow(0, 0, layer.input + H);
-            float* p = in.data_ptr<float>();
+            float* p = ws.xh.data_ptr<float>();
             std::copy_n(l == 0 ? embedding.data_ptr<float>() + id * layer.input : x, layer.input, p);
             std::copy_n(hl, H, p + layer.input);
-            at::addmv_out(ws.gates, layer.b, layer.w, in); // (4H)
+            layer.w.product(p, layer.b.data_ptr<float>(), g); // (4H)
         }
         kernels::lstmForwardStep(1, H, g, cl, ws.cNew.data(), ws.tanhC.data(), hl);
         std::copy(ws.cNew.begin(), ws.cNew.end(), cl);
@@ -129,7 +152,7 @@ void FastDecoder::decodeStep(int64_t input, Workspace& ws, float* gates) const
         throw Error("token id " + std::to_string(input) + " is outside the vocabulary");
     step(m_decoder, m_decoderEmbedding, input, ws, gates);
     float* top = ws.h.data() + static_cast<int64_t>(m_layers - 1) * H;
-    at::addmv_out(ws.logits, m_outB, m_outW, torch::from_blob(top, { H }, torch::kFloat32)); // (V)
+    m_out.product(top, m_outB.data_ptr<float>(), ws.logits.data_ptr<float>()); // (V)
 }
 
 int64_t greedyToken(const float* l, int64_t V)

@@ -1,5 +1,6 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -212,6 +213,74 @@ CHATBENCH_CLONES void addBf16Into(
             std::memcpy(&v, &bits, sizeof v);
             d[k] += v;
         }
+    }
+}
+
+namespace {
+
+int64_t roundUp8(int64_t m)
+{
+    return (m + 7) / 8 * 8;
+}
+
+// acc (8·A floats) += x[j] · (row j of the panel: 8·A floats) for j = 0 … n − 1 in turn: A
+// independent sums of eight lanes each, enough of them that the multiply-adds' latency is hidden.
+template <int A> CHATBENCH_INLINE void panelSums(const float* panel, int64_t n, const float* x, float* acc)
+{
+    F8 a[A];
+    for (int k = 0; k < A; ++k)
+        a[k] = load<F8>(acc + 8 * k);
+    for (int64_t j = 0; j < n; ++j) {
+        const F8 xj = F8 {} + x[j];
+        const float* row = panel + j * 8 * A;
+        for (int k = 0; k < A; ++k)
+            a[k] += xj * load<F8>(row + 8 * k);
+    }
+    for (int k = 0; k < A; ++k)
+        store<F8>(acc + 8 * k, a[k]);
+}
+
+} // namespace
+
+int64_t panelFloats(int64_t m, int64_t n)
+{
+    return roundUp8(m) * n;
+}
+
+void packPanels(const float* w, int64_t m, int64_t n, float* panels)
+{
+    const int64_t padded = roundUp8(m);
+    for (int64_t first = 0; first < padded; first += kPanelRows) {
+        const int64_t width = std::min(kPanelRows, padded - first);
+        float* p = panels + first * n;
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t r = 0; r < width; ++r)
+                p[j * width + r] = first + r < m ? w[(first + r) * n + j] : 0.0f;
+    }
+}
+
+CHATBENCH_CLONES void panelMatVec(
+    const float* panels, int64_t m, int64_t n, const float* x, const float* b, float* y, int64_t begin, int64_t end)
+{
+    const int64_t padded = roundUp8(m);
+    for (int64_t first = begin; first < end; first += kPanelRows) {
+        const int64_t width = std::min(kPanelRows, padded - first);
+        const int64_t rows = std::min(width, m - first);
+        alignas(32) float acc[kPanelRows];
+        for (int64_t r = 0; r < width; ++r)
+            acc[r] = r < rows ? (b ? b[first + r] : y[first + r]) : 0.0f;
+        const float* p = panels + first * n;
+        switch (width / 8) {
+        case 8: panelSums<8>(p, n, x, acc); break;
+        case 7: panelSums<7>(p, n, x, acc); break;
+        case 6: panelSums<6>(p, n, x, acc); break;
+        case 5: panelSums<5>(p, n, x, acc); break;
+        case 4: panelSums<4>(p, n, x, acc); break;
+        case 3: panelSums<3>(p, n, x, acc); break;
+        case 2: panelSums<2>(p, n, x, acc); break;
+        default: panelSums<1>(p, n, x, acc); break;
+        }
+        std::copy_n(acc, rows, y + first);
     }
 }
 

@@ -25,6 +25,23 @@ void lstmForwardStep(int64_t B, int64_t H, float* acts, const float* cPrev, floa
 void lstmBackwardStep(int64_t B, int64_t H, float* dh, const float* dOut, float* dc, const float* acts,
     const float* tanhC, const float* cPrev, float* dgates);
 
+// Matrix-vector products for batch-1 steps, with the matrix (m, n) laid out once in panels of
+// kPanelRows rows (the last one as many as are left, rounded up to 8 with zero rows): panel p
+// holds, for each column j in turn, its rows' weights of column j side by side. A product then
+// reads the weights front to back and keeps the panel's sums in registers, with no sum across
+// lanes at the end; each output is b + w[r][0]·x[0] + w[r][1]·x[1] + … in that order, so the
+// result is the same for any split of the panels between threads and in the AVX2 and AVX-512
+// builds (both fuse the multiply-adds; the baseline build does not).
+constexpr int64_t kPanelRows = 64;
+// Floats the panels of an (m, n) matrix take.
+int64_t panelFloats(int64_t m, int64_t n);
+// Lays out w (m, n; row-major, contiguous) as panels (panelFloats(m, n) floats).
+void packPanels(const float* w, int64_t m, int64_t n, float* panels);
+// y[r] = (b ? b[r] : y[r]) + Σ_j w[r][j]·x[j] for the rows r in [begin, end) of the packed
+// matrix; begin a multiple of kPanelRows, end one too or m. b may be y; x must not overlap y.
+void panelMatVec(
+    const float* panels, int64_t m, int64_t n, const float* x, const float* b, float* y, int64_t begin, int64_t end);
+
 // Σ x² over [0, n), accumulated in double.
 double sumSquares(const float* x, int64_t n);
 
