@@ -416,8 +416,8 @@ void TestModel::panelProductsMatchDouble()
     // own values as the addend, and the panels split between threads in every way the
     // decoder can (the same floats whichever thread sums a row).
     torch::manual_seed(9);
-    for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>> {
-             { 1, 1 }, { 7, 5 }, { 8, 3 }, { 9, 200 }, { 63, 17 }, { 64, 64 }, { 65, 1 }, { 130, 33 }, { 2287, 200 } }) {
+    for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>> { { 1, 1 }, { 7, 5 }, { 8, 3 }, { 9, 200 },
+             { 63, 17 }, { 64, 64 }, { 65, 1 }, { 130, 33 }, { 2287, 200 } }) {
         const QString shape = QStringLiteral("%1 x %2").arg(m).arg(n);
         const auto w = torch::randn({ m, n });
         const auto x = torch::randn({ n });

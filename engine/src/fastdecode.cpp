@@ -38,8 +38,8 @@ void PanelMatrix::product(const float* x, const float* b, float* y) const
     const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / panelBytes);
     const float* data = m_panels.data_ptr<float>();
     at::parallel_for(0, panels, grain, [&](int64_t first, int64_t last) {
-        kernels::panelMatVec(data, m_rows, m_cols, x, b, y, first * kernels::kPanelRows,
-            std::min(last * kernels::kPanelRows, m_rows));
+        kernels::panelMatVec(
+            data, m_rows, m_cols, x, b, y, first * kernels::kPanelRows, std::min(last * kernels::kPanelRows, m_rows));
     });
 }
 

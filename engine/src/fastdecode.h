@@ -8,7 +8,8 @@
 // the token, so it is tabled per vocabulary entry once (V × 4H, embedding · W_ihᵀ plus both
 // biases; a row is looked up instead of W_ih being read), deeper layers keep W_ih and W_hh as one
 // (4H, I+H) matrix, so each step of each layer is one matrix-vector product into a preallocated
-// buffer, the gates one vectorised pass over 4H floats, and the projection one more product. It
+// buffer, the gates one vectorised pass over 4H floats, and the projection one more product; the
+// products read their matrices laid out once in panels (PanelMatrix), front to back. It
 // computes what Seq2Seq::encode/decode compute (tested against them); models with attention use
 // the general path.
 //
