@@ -299,6 +299,12 @@ void TestCli::badArguments()
     QVERIFY2(punct.err.contains("--tokenizer punct") && !punct.err.contains("lower it"), qPrintable(punct.err));
     QVERIFY(cli({ "train", "--preset", "huge" }).code != 0);
     QVERIFY(cli({ "chat", "--method", "psychic" }).code != 0);
+    // An empty --once (an unset shell variable) is refused, not answered as if it were a word.
+    for (const QString empty : { "", " \t " }) {
+        const Run r = cli({ "chat", "--run", m_dir.filePath("no-run"), "--once", empty });
+        QVERIFY(r.code != 0);
+        QVERIFY2(r.err.contains("--once: the message is empty") && r.out.isEmpty(), qPrintable(r.err));
+    }
     const Run dev = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu" });
     QCOMPARE(dev.code, 1);
     QVERIFY(dev.err.contains("device"));

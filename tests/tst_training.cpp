@@ -993,6 +993,23 @@ void TestTraining::editedConfigIsNamedNotFallenBackFrom()
             qInfo("%s", "this machine has room for 69 GB: the refusal of a model that does not fit is not tried");
         }
     }
+    // A longer prompt limit is a setting chat can follow (the weights do not depend on it), where a
+    // resume refuses it: chat loads, follows config.json and says what differs.
+    {
+        const QByteArray limit = "\"max_source_length\": " + QByteArray::number(cfg.model.maxSourceLength);
+        QVERIFY(original.contains(limit));
+        QFile edited(cfgPath);
+        QVERIFY(edited.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        edited.write(QByteArray(original).replace(limit, "\"max_source_length\": 3"));
+        edited.close();
+        const Chatbot bot = Chatbot::load(run);
+        QVERIFY2(
+            QString::fromStdString(bot.note())
+                .contains(cfgPath + " differs from the settings this run trained with (model.max_source_length was "
+                    + QString::number(cfg.model.maxSourceLength) + ", now 3): replies follow config.json"),
+            bot.note().c_str());
+        QCOMPARE(bot.config().model.maxSourceLength, 3);
+    }
     // Put back, the run is as it was: the same step, no note, and it resumes.
     QFile f(cfgPath);
     QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));

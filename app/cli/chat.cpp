@@ -302,7 +302,13 @@ void addChatCommand(CLI::App& app, int& exitCode)
     auto a = std::make_shared<ChatArgs>();
     auto* cmd = app.add_subcommand("chat", "Chat with a trained run (interactive, or --once)");
     cmd->add_option("--run", a->run, "Run folder")->capture_default_str();
-    cmd->add_option("--once", a->once, "Reply to this text and exit");
+    // An empty text is most often an unset shell variable; interactively an empty line quits.
+    const CLI::Validator hasText(
+        [](std::string& text) -> std::string {
+            return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos ? "the message is empty" : "";
+        },
+        "TEXT");
+    cmd->add_option("--once", a->once, "Reply to this text and exit")->check(hasText);
     cmd->add_flag("--json", a->json, "Print the reply with its whole state trace as JSON");
     cmd->add_flag("--checks", a->checks, "Print the handoff checks after each reply");
     cmd->add_option("--method", a->method, joinNames(decodeMethodNames()))->check(oneOf(decodeMethodNames()));

@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -134,7 +134,16 @@ Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weig
             std::string fellBack;
             impl->step = loadUsableCheckpoint(runDir, state, impl->model, nullptr, &fellBack).step;
             impl->corpusFingerprint = state.corpusFingerprint;
-            for (const std::string* n : { &recovered, &fellBack })
+            // config.json edited since the run started (a resume refuses that): chat follows the
+            // file, so that a longer prompt or reply limit can be tried, and says so.
+            std::string edited;
+            if (!state.recipe.empty())
+                for (const std::string& change : recipeChanges(state.recipe, impl->cfg))
+                    edited += (edited.empty() ? "" : "; ") + change;
+            if (!edited.empty())
+                edited = configPath(runDir) + " differs from the settings this run trained with (" + edited
+                    + "): replies follow config.json";
+            for (const std::string* n : { &recovered, &fellBack, &edited })
                 if (!n->empty())
                     impl->note += (impl->note.empty() ? "" : "; ") + *n;
             break;
