@@ -29,8 +29,8 @@
 
 namespace chatbench {
 
-// A matrix laid out for batch-1 products (kernels::packPanels): two to three times the speed of
-// the library's matrix-vector product on a CPU where that one is not tuned (docs/performance.md).
+// A matrix laid out for batch-1 products (kernels::packPanels): about twice the speed of the
+// library's matrix-vector product on a CPU where that one is not tuned (docs/performance.md).
 class PanelMatrix {
 public:
     PanelMatrix() = default;
