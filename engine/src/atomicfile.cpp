@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,16 +72,18 @@ namespace {
 pid_t writerOf(std::string_view rest)
 {
     const size_t dash = rest.find('-');
-    const auto digits = [](std::string_view s) {
-        return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
-    };
+    const auto digits
+        = [](std::string_view s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos; };
     if (dash == std::string_view::npos || dash > 9 || !digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1)))
         return -1;
     return static_cast<pid_t>(std::stol(std::string(rest.substr(0, dash))));
 }
 
 // Alive, or not ours to tell (another user's: EPERM).
-bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH); }
+bool alive(pid_t pid)
+{
+    return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+}
 
 } // namespace
 
@@ -91,8 +94,8 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
         const std::string name = it->path().filename().string();
         if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
             continue;
-        const pid_t pid = writerOf(
-            std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+        const pid_t pid
+            = writerOf(std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
         if (pid > 0 && !alive(pid)) {
             std::error_code e2;
             fs::remove(it->path(), e2);
@@ -110,6 +113,14 @@ bool tempFileWriterIsAlive(const std::string& fileName)
 }
 
 namespace {
+
+// Bytes as MiB with one decimal, rounded down (room there is) or up (room needed), so that a
+// small file is never "0 MiB needed" and a nearly full disk never shows more room than it has.
+std::string mebibytes(uintmax_t bytes, bool up)
+{
+    const uintmax_t tenths = (bytes * 10 + (up ? (uintmax_t(1) << 20) - 1 : 0)) >> 20;
+    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
+}
 
 void syncFile(const std::string& path)
 {
@@ -222,15 +233,18 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             err = errno;
         }
         if (!ok) {
-            // Say where and how much room there is: the usual cause is a full disk.
+            // Say where and how much room there is: the usual cause is a full disk. The part
+            // written goes first, so the free space is what a retry would have.
             std::error_code ec;
+            fs::remove(tmp, ec);
+            ec.clear();
             const fs::path folder = fs::absolute(fs::path(path)).parent_path();
             const auto space = fs::space(folder, ec);
             std::string why
                 = "write failed (" + std::string(err ? std::strerror(err) : "short write") + ") in " + folder.string();
             if (!ec)
-                why += "; " + std::to_string(space.available / (1024 * 1024)) + " MiB free there, "
-                    + std::to_string(contents.size() / (1024 * 1024) + 1) + " MiB needed";
+                why += "; " + mebibytes(space.available, false) + " MiB free there, " + mebibytes(contents.size(), true)
+                    + " MiB needed";
             throw Error(path, 0, why);
         }
     });
