@@ -21,10 +21,10 @@ struct Run {
     QString err;
 };
 
-Run cli(const QStringList& args, const QByteArray& input = {}, int timeoutMs = 300000)
+Run program(const QString& path, const QStringList& args, const QByteArray& input = {}, int timeoutMs = 300000)
 {
     QProcess p;
-    p.start(CHATBENCH_CLI, args);
+    p.start(path, args);
     if (!p.waitForStarted())
         qFatal("cannot start the CLI");
     if (!input.isEmpty())
@@ -34,6 +34,17 @@ Run cli(const QStringList& args, const QByteArray& input = {}, int timeoutMs = 3
         qFatal("the CLI did not finish");
     return { p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
         QString::fromUtf8(p.readAllStandardError()) };
+}
+
+Run cli(const QStringList& args, const QByteArray& input = {}, int timeoutMs = 300000)
+{
+    return program(CHATBENCH_CLI, args, input, timeoutMs);
+}
+
+// A bash script with the CLI as $0 and `args` as $1...
+Run shell(const QString& script, const QStringList& args = {})
+{
+    return program("/bin/bash", QStringList { "-c", script, CHATBENCH_CLI } + args);
 }
 
 const QByteArray kYaml = "categories:\n- test\nconversations:\n"
@@ -58,6 +69,9 @@ private Q_SLOTS:
     void chatExplain();
     void interactiveChat();
     void badArguments();
+    void corpusOutOfMemoryNamesTheFile();
+    void brokenPipeStopsTrainingWithACheckpoint();
+    void namesThatActOnTheTerminalAreEscaped();
     void stopAndResume();
     void signalWhileWaitingEndsAtOnce();
     void chatLineEndingsAndControlBytes();
@@ -268,6 +282,75 @@ void TestCli::interactiveChat()
     QVERIFY(unk.out.contains("unknown words: zzyzx"));
 }
 
+// Found by an outside pass: a YAML file whose aliases expand to 1.2 GB, loaded with the corpus cap
+// raised as the cap's own error suggests, under a 3 GB address-space limit, ended in a bare
+// "error: std::bad_alloc" that named no file.
+void TestCli::corpusOutOfMemoryNamesTheFile()
+{
+#ifdef __SANITIZE_ADDRESS__
+    QSKIP("an address-space limit and AddressSanitizer's shadow memory do not mix");
+#else
+    QByteArray yaml = "conversations:\n- - &a \"" + QByteArray(60000, 'x') + "\"\n";
+    for (int i = 0; i < 20000; ++i)
+        yaml += "  - *a\n";
+    const QString file = QString::fromStdString(testutil::writeFile(m_dir, "aliases/expands.yml", yaml));
+    const Run r = shell("ulimit -v 3000000 && exec \"$0\" corpus validate \"$1\" --max-corpus-mb 100000", { file });
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(file + ": out of memory while loading the corpus (it may take up to 100000 MiB")
+            && !r.err.contains("bad_alloc"),
+        qPrintable(r.err));
+#endif
+}
+
+// Found by an outside pass: `train | head -3` ended training at the next epoch's line by SIGPIPE
+// (status 141), without a word on standard error. It stops now as a closed terminal stops it: with
+// a checkpoint, the way to continue, and the lost output said.
+void TestCli::brokenPipeStopsTrainingWithACheckpoint()
+{
+    const QString run = m_dir.filePath("piped");
+    const Run r = shell("\"$0\" train --preset quick --epochs 1000 --corpus \"$1\" --run \"$2\" | head -2 >/dev/null;"
+                        " echo \"status ${PIPESTATUS[0]}\"",
+        { m_corpus, run });
+    QVERIFY2(r.out.trimmed() == "status 130", qPrintable(r.out + r.err));
+    QVERIFY2(r.err.contains("standard output was closed (its reader ended): training stopped")
+            && r.err.contains("continue with: chatbench-cli train --resume --run")
+            && r.err.contains("error: the output could not be written to standard output (Broken pipe)"),
+        qPrintable(r.err));
+    const QJsonObject state = QJsonDocument::fromJson(testutil::readFile(run + "/state.json")).object();
+    QVERIFY2(state["step"].toInteger() > 0 && state["epoch"].toInteger() < 1000, qPrintable(r.err));
+    const Run chat = cli({ "chat", "--run", run, "--once", "good morning" });
+    QVERIFY2(chat.code == 0, qPrintable(chat.err));
+}
+
+// Found by an outside pass: a corpus file and run folders named with an escape sequence and a
+// right-to-left override reached the terminal as they were in `corpus stats`' header, import-keras'
+// "diagnosis prompts … from" and "imported into" lines and its "chat with it" hint (whose $'…'
+// escaped control bytes but not the override).
+void TestCli::namesThatActOnTheTerminalAreEscaped()
+{
+    const QString odd = QString::fromUtf8("c\x1B[31mred\u202Eevil");
+    const QString corpus = QString::fromStdString(testutil::writeFile(m_dir, odd + ".yml", kYaml));
+    const Run stats = cli({ "corpus", "stats", corpus });
+    QCOMPARE(stats.code, 0);
+    QVERIFY2(stats.out.contains("c\\x1B[31mred\\xE2\\x80\\xAEevil.yml") && !stats.out.contains(QChar(0x1B))
+            && !stats.out.contains(QChar(0x202E)),
+        qPrintable(stats.out));
+    const QString fixtures = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
+    const QString out = m_dir.filePath(odd + "-run");
+    const Run r = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer", fixtures + "stacked_tokenizer.json",
+        "--out", out, "--prompts", "2", "--corpus", corpus });
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(!r.out.contains(QChar(0x1B)) && !r.out.contains(QChar(0x202E)), qPrintable(r.out));
+    QVERIFY2(r.out.contains("from " + m_dir.path() + "/c\\x1B[31mred\\xE2\\x80\\xAEevil.yml\n")
+            && r.out.contains("imported into " + m_dir.path() + "/c\\x1B[31mred\\xE2\\x80\\xAEevil-run: ")
+            && r.out.contains("--run $'" + m_dir.path() + "/c\\x1b[31mred\\xe2\\x80\\xaeevil-run'\n"),
+        qPrintable(r.out));
+    // The hint pastes back to the folder: bash reads the $'…' word as the name.
+    const Run pasted = shell("eval \"set -- $1\"; [ -d \"$1\" ] && echo found",
+        { "$'" + m_dir.path() + "/c\\x1b[31mred\\xe2\\x80\\xaeevil-run'" });
+    QCOMPARE(pasted.out, QString("found\n"));
+}
+
 void TestCli::badArguments()
 {
     // Whole numbers are decimal: CLI11 read "010" as 8 and "0x10" as 16 (found by an outside pass).
@@ -423,7 +506,8 @@ void TestCli::badArguments()
     QVERIFY2(gone.err.contains("the current folder no longer exists"), qPrintable(gone.err));
     const Run full = shell("exec \"$1\" chat --run \"$2\" --once hello > /dev/full");
     QCOMPARE(full.code, 1);
-    QVERIFY2(full.err.contains("could not be written to standard output (No space left on device)"), qPrintable(full.err));
+    QVERIFY2(
+        full.err.contains("could not be written to standard output (No space left on device)"), qPrintable(full.err));
     // A write that failed before the last flush (stats flushes each line): its reason, kept when
     // it failed (by the end errno held another call's: "No such file or directory").
     const Run earlier = shell("exec \"$1\" corpus stats \"$2/../unseen/chat.yml\" > /dev/full");

@@ -437,7 +437,7 @@ void TestCorpus::specialFilesAreRefused()
     // by an outside pass with a file it had no permission for). Root reads any file, so a limit
     // of open files stands in: every open fails with EMFILE.
     const std::string plain = testutil::writeFile(dir, "plain.tsv", "hi\tthere\n");
-    struct rlimit before {};
+    struct rlimit before { };
     QVERIFY(::getrlimit(RLIMIT_NOFILE, &before) == 0);
     struct rlimit none = before;
     none.rlim_cur = 0;
@@ -579,6 +579,13 @@ void TestCorpus::printableEscapesControls()
     // bytes that are not UTF-8 as \xNN; every other character as it is.
     QCOMPARE(printable("a\x1B[31m b\xC2\x9B c\xE2\x80\xAE d\xE2\x81\xA6 e\xFF caf\xC3\xA9 \xE2\x82\xAC"),
         std::string("a\\x1B[31m b\\xC2\\x9B c\\xE2\\x80\\xAE d\\xE2\\x81\\xA6 e\\xFF caf\xC3\xA9 \xE2\x82\xAC"));
+    // The marks that reorder text (U+200E, U+200F, U+061C) and the line and paragraph separators
+    // (U+2028, U+2029) too (an outside pass found them printed as they were); their neighbours not.
+    QCOMPARE(
+        printable(
+            "l\xE2\x80\x8E r\xE2\x80\x8F a\xD8\x9C s\xE2\x80\xA8 p\xE2\x80\xA9 \xE2\x80\x8D \xE2\x80\xA7 \xD8\x9B"),
+        std::string("l\\xE2\\x80\\x8E r\\xE2\\x80\\x8F a\\xD8\\x9C s\\xE2\\x80\\xA8 p\\xE2\\x80\\xA9 \xE2\x80\x8D "
+                    "\xE2\x80\xA7 \xD8\x9B"));
 }
 
 void TestCorpus::pairings()

@@ -200,13 +200,20 @@ void TestRuns::stateRoundTrip()
     EpochMetrics first, m;
     first.epoch = 0;
     first.step = 9;
+    // A loss past ~709 has a perplexity past the doubles: written as null (JSON has no
+    // infinity), it came back as NaN and metrics.csv said nan after a resume.
+    first.trainLoss = 800;
+    first.validationLoss = 750;
+    first.perplexity = std::exp(first.validationLoss);
     m.epoch = 1;
     m.step = 18;
     m.trainLoss = NAN;
     s.history = { first, m };
     s.vocabFingerprint = 0xfedcba9876543211ULL; // past 2^53: kept as hex text, which doubles do not round
+    s.corpusFingerprint = 0x8bf9a0c4d2e61357ULL;
     saveState(run, s);
     QVERIFY(testutil::readFile(dir.filePath("state.json")).contains("\"vocab_fingerprint\": \"fedcba9876543211\""));
+    QVERIFY(testutil::readFile(dir.filePath("state.json")).contains("\"corpus_fingerprint\": \"8bf9a0c4d2e61357\""));
     QVERIFY(isRun(run));
     QVERIFY(holdsRun(run));
     const RunState back = loadState(run);
@@ -216,7 +223,23 @@ void TestRuns::stateRoundTrip()
     QCOMPARE(back.bestValidationLoss, 3.5);
     QCOMPARE(back.history.size(), size_t(2));
     QVERIFY(std::isnan(back.history[1].trainLoss));
+    QVERIFY(std::isinf(back.history[0].perplexity) && back.history[0].perplexity > 0);
+    QCOMPARE(back.history[1].perplexity, 0.0); // a finite one as it was
     QCOMPARE(back.vocabFingerprint, 0xfedcba9876543211ULL);
+    QCOMPARE(back.corpusFingerprint, 0x8bf9a0c4d2e61357ULL);
+    // Runs of the older form hold it as a number; a string that is not 16 hex digits is refused.
+    QByteArray text = testutil::readFile(dir.filePath("state.json"));
+    testutil::writeFile(
+        dir, "state.json", QByteArray(text).replace("\"8bf9a0c4d2e61357\"", QByteArray::number(0x8bf9a0c4d2e61357ULL)));
+    QCOMPARE(loadState(run).corpusFingerprint, 0x8bf9a0c4d2e61357ULL);
+    testutil::writeFile(dir, "state.json", QByteArray(text).replace("\"8bf9a0c4d2e61357\"", "\"8bf9\""));
+    try {
+        (void)loadState(run);
+        QFAIL("a fingerprint of four digits was read");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("'corpus_fingerprint' must be 16 hex digits"), e.what());
+    }
+    testutil::writeFile(dir, "state.json", text);
 
     // state.json and every checkpoint's state gone, best.json left: said, with the way to chat
     // (it was "not a chatbench run").
@@ -226,8 +249,8 @@ void TestRuns::stateRoundTrip()
         (void)loadState(run);
         QFAIL("a state came from nowhere");
     } catch (const Error& e) {
-        QVERIFY2(QString(e.what()).contains("only the best weights are left (best.json); chat --weights best"),
-            e.what());
+        QVERIFY2(
+            QString(e.what()).contains("only the best weights are left (best.json); chat --weights best"), e.what());
     }
 }
 
@@ -412,11 +435,11 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                          << "\"hidden\": 0"
                                          << "hidden must be 1..8192" << true;
     // Let through as "cuda…", and refused by the resume only when training began, naming no file.
-    QTest::newRow("config device index") << "config.json"
-                                         << "\"device\": \"cpu\""
-                                         << "\"device\": \"cuda:99999999999\""
-                                         << "device must be 'cpu', 'cuda' or 'cuda:N' (N a device number), not 'cuda:99999999999'"
-                                         << true;
+    QTest::newRow("config device index")
+        << "config.json"
+        << "\"device\": \"cpu\""
+        << "\"device\": \"cuda:99999999999\""
+        << "device must be 'cpu', 'cuda' or 'cuda:N' (N a device number), not 'cuda:99999999999'" << true;
     QTest::newRow("vocab mode") << "vocab.json"
                                 << "\"mode\": \"[a-z]+\""
                                 << "\"mode\": \"bpe\""
@@ -729,14 +752,16 @@ void TestRuns::runFolderAccessErrorsSayWhy()
     QCOMPARE(errorOf(dir.filePath("empty")), dir.filePath("empty") + ": not a chatbench run folder (no config.json)");
     QVERIFY(QFile::link(dir.filePath("loop1"), dir.filePath("loop2")));
     QVERIFY(QFile::link(dir.filePath("loop2"), dir.filePath("loop1")));
-    QCOMPARE(errorOf(dir.filePath("loop1")), dir.filePath("loop1") + ": cannot reach it (Too many levels of symbolic links)");
+    QCOMPARE(errorOf(dir.filePath("loop1")),
+        dir.filePath("loop1") + ": cannot reach it (Too many levels of symbolic links)");
     const QString tooLong = dir.filePath(QString(300, 'x'));
     QCOMPARE(errorOf(tooLong), tooLong + ": cannot reach it (File name too long)");
     testutil::writeFile(dir, "locked/config.json", "{}");
     QCOMPARE(::chmod(qPrintable(dir.filePath("locked")), 0), 0);
     {
         testutil::DacBypassOff asUser;
-        QCOMPARE(errorOf(dir.filePath("locked")), dir.filePath("locked/config.json") + ": cannot reach it (Permission denied)");
+        QCOMPARE(errorOf(dir.filePath("locked")),
+            dir.filePath("locked/config.json") + ": cannot reach it (Permission denied)");
     }
     QCOMPARE(::chmod(qPrintable(dir.filePath("locked")), 0700), 0);
 }
@@ -1069,8 +1094,8 @@ void TestRuns::outputTempFilesDoNotOutliveTheirWriter()
     // Names that only start like one: a user's file, and the temporary file of an output named
     // "out.tsv.tmp-<pid>-x" (its writer is the last number).
     const QString users = dir.filePath(QString(".out.tsv.tmp-%1-old").arg(ended));
-    const QString longer = dir.filePath(
-        QString(".out.tsv.tmp-%1-x.tmp-%2-3").arg(ended).arg(QCoreApplication::applicationPid()));
+    const QString longer
+        = dir.filePath(QString(".out.tsv.tmp-%1-x.tmp-%2-3").arg(ended).arg(QCoreApplication::applicationPid()));
     for (const QString& f : { dead, live, other, users, longer })
         testutil::writeFile(dir, QFileInfo(f).fileName(), "partial");
     writeOutputFile(out, "a\tb\n");

@@ -155,6 +155,25 @@ void TestTokenizer::saveLoad()
     for (int64_t i = 0; i < tok.size(); ++i)
         QCOMPARE(back.word(i), tok.word(i));
     QCOMPARE(back.encode("two, five!").ids, tok.encode("two, five!").ids);
+
+    // Found by an outside pass: a corpus line of 270 MB without a space trained into a vocab.json
+    // that load refuses (over its 256 MiB), so the run could neither chat nor resume. Save refuses
+    // it first, and writes nothing.
+    std::vector<std::string> huge;
+    for (char c : { 'p', 'q', 'r', 's', 't' })
+        huge.emplace_back(size_t(55) << 20, c);
+    const Tokenizer big = Tokenizer::fromWords(huge, opt);
+    huge.clear();
+    const std::string bigPath = dir.filePath("big.json").toStdString();
+    try {
+        big.save(bigPath);
+        QFAIL("a vocabulary load refuses was saved");
+    } catch (const Error& e) {
+        QVERIFY2(
+            QString(e.what()).contains("MiB a vocabulary file may hold (its longest word: 57671680 bytes)"), e.what());
+        QCOMPARE(QString::fromStdString(e.file()), QString::fromStdString(bigPath));
+    }
+    QVERIFY(!QFile::exists(QString::fromStdString(bigPath)));
 }
 
 void TestTokenizer::oldVocabulariesKeepAsciiLowercasing()

@@ -112,6 +112,7 @@ private Q_SLOTS:
     void fullDiskAtTheFirstCheckpointLeavesNoHalfRun();
     void corruptCheckpointFallsBack();
     void editedConfigIsNamedNotFallenBackFrom();
+    void corpusFingerprintSurvivesJsonTools();
     void saveAtTheSameStepKeepsTheNamedCheckpoint();
     void cancelStopsWithinASecond();
     void cancelledReplyStopsAtItsNextStep();
@@ -925,6 +926,46 @@ void TestTraining::corruptCheckpointFallsBack()
 // resized; chat answered from it and every resume lost an epoch. hidden changed ended in
 // LibTorch's size error and a stack trace. Every checkpoint of the run is the old shape, so it is
 // an error naming the tensor, both sizes and config.json, with nothing fallen back to.
+// Found by an outside pass: `jq . state.json` rewrote the corpus fingerprint (a JSON number past
+// 2^53) rounded to a double, and resume then said "the corpus differs" and chat --explain "has
+// changed since the model trained on it", both false. It is written as hex text now, and a
+// rounded number from an older run still matches the corpus it was rounded from.
+void TestTraining::corpusFingerprintSurvivesJsonTools()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    train(cfg, smallCorpus(), run);
+    const QString statePath = QString::fromStdString(run) + "/state.json";
+    const uint64_t exact = corpusFingerprint(smallCorpus().pairs);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(exact));
+    const QByteArray written = testutil::readFile(statePath);
+    const QByteArray asHex = QByteArray("\"corpus_fingerprint\": \"") + hex + "\"";
+    QVERIFY2(written.contains(asHex), written.constData());
+    // What a tool that reads numbers as doubles writes back for a run of the older form.
+    const auto rounded = static_cast<uint64_t>(static_cast<double>(exact));
+    QVERIFY(exact > (uint64_t(1) << 53)); // this corpus' fingerprint is one that rounds
+    QByteArray mangled = written;
+    mangled.replace(asHex, "\"corpus_fingerprint\": " + QByteArray::number(static_cast<qulonglong>(rounded)));
+    testutil::writeFile(dir, "run/state.json", mangled);
+    QCOMPARE(resume(run, smallCorpus(), {}, 2).epochsDone, 2);
+    QVERIFY(testutil::readFile(statePath).contains(asHex)); // exact again
+    QVERIFY(sameCorpusFingerprint(rounded, exact));
+    QVERIFY(!sameCorpusFingerprint(rounded, exact + (uint64_t(1) << 20))); // another corpus' stays another
+    QVERIFY(!sameCorpusFingerprint(uint64_t(1) << 52, (uint64_t(1) << 52) + 1)); // below 2^53 doubles are exact
+    // Another corpus is still refused.
+    Corpus other = smallCorpus();
+    other.pairs.pop_back();
+    try {
+        (void)resume(run, other, {}, 3);
+        QFAIL("another corpus was taken for the run's");
+    } catch (const Error& e) {
+        QVERIFY2(QString(e.what()).contains("the corpus differs"), e.what());
+    }
+}
+
 void TestTraining::editedConfigIsNamedNotFallenBackFrom()
 {
     QTemporaryDir dir;

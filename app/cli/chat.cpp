@@ -252,7 +252,7 @@ int run(const ChatArgs& a)
     }
     const bool tty = ::isatty(STDIN_FILENO);
     if (tty)
-        std::cout << "chatting with " << a.run << " (step " << bot.step() << ", " << bot.device()
+        std::cout << "chatting with " << chatbench::printable(a.run) << " (step " << bot.step() << ", " << bot.device()
                   << "); empty line or Ctrl-D to quit" << std::endl;
     std::string line;
     bool failed = false; // a question that got an error instead of a reply: exit status 1

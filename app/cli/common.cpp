@@ -62,6 +62,10 @@ void installSignalHandlers()
     for (const int sig : { SIGINT, SIGTERM, SIGHUP })
         if (std::signal(sig, onSignal) == SIG_IGN)
             std::signal(sig, SIG_IGN);
+    // A reader that went away (`train | head`, a log viewer closed) makes writes fail instead of
+    // ending the process without a word: training stops with a checkpoint, a benchmark still
+    // writes its report, and the failed output is reported on standard error at the end.
+    std::signal(SIGPIPE, SIG_IGN);
 }
 
 CLI::IsMember oneOf(const std::vector<std::string>& names)
@@ -228,18 +232,38 @@ std::string shellWord(const std::string& text)
     });
     if (plain)
         return text;
-    // Control bytes (a newline, an escape) would act on the terminal inside '…': bash's $'…' with
-    // \xNN keeps the word pasteable and the terminal untouched.
-    if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7F; })) {
+    // What printable() escapes (control bytes, a newline, an escape, a bidirectional override, bytes
+    // that are not UTF-8) would act on the terminal inside '…': bash's $'…' with \xNN keeps the word
+    // pasteable and the terminal untouched. Decided per character, as printable() decides.
+    if (chatbench::printable(text) != text) {
         static const char* hex = "0123456789abcdef";
         std::string out = "$'";
-        for (unsigned char c : text) {
-            if (c < 0x20 || c == 0x7F)
-                out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-            else if (c == '\'' || c == '\\')
-                out += std::string("\\") + static_cast<char>(c);
-            else
-                out += static_cast<char>(c);
+        for (size_t i = 0; i < text.size();) {
+            const auto b = static_cast<unsigned char>(text[i]);
+            const size_t len = b < 0x80 ? 1
+                : (b & 0xE0) == 0xC0    ? 2
+                : (b & 0xF0) == 0xE0    ? 3
+                : (b & 0xF8) == 0xF0    ? 4
+                                        : 1;
+            const std::string_view seq = std::string_view(text).substr(i, len);
+            if (const std::string shown = chatbench::printable(seq); shown != seq) {
+                // A character escaped whole (a control, an override) is shown as 4 bytes a byte;
+                // otherwise only the first byte is not UTF-8, and the rest is looked at again.
+                const size_t n = shown.size() == 4 * seq.size()
+                        && shown.find_first_not_of("\\x0123456789ABCDEF") == std::string::npos
+                    ? seq.size()
+                    : 1;
+                for (size_t k = 0; k < n; ++k) {
+                    const auto c = static_cast<unsigned char>(text[i + k]);
+                    out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+                }
+                i += n;
+            } else {
+                if (seq == "'" || seq == "\\")
+                    out += '\\';
+                out += seq;
+                i += seq.size();
+            }
         }
         return out + "'";
     }

@@ -2,6 +2,7 @@
 // run folder every --run command takes, with the handoff diagnosis on a corpus' prompts.
 
 #include "chatbench/corpus.h"
+#include "chatbench/error.h"
 #include "chatbench/kerasimport.h"
 #include "common.h"
 
@@ -40,7 +41,7 @@ int run(const ImportArgs& a)
         checkKerasInputFiles(opt); // a mistyped model is said before a corpus is loaded for nothing
         const std::string path = a.corpus.empty() ? defaultCorpusPath() : a.corpus;
         opt.prompts = samplePrompts(loadCorpusArg(path, a.corpusFlags).pairs, a.prompts);
-        std::cout << "diagnosis prompts: " << opt.prompts.size() << " from " << path << "\n";
+        std::cout << "diagnosis prompts: " << opt.prompts.size() << " from " << chatbench::printable(path) << "\n";
     }
     const KerasImport r = importKeras(opt, a.out);
     std::cout << describe(r);

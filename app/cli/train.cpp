@@ -97,7 +97,16 @@ int run(const TrainArgs& a)
     const bool tty = ::isatty(STDOUT_FILENO);
     TrainCallbacks cb;
     cb.cancel = &cancelFlag();
-    cb.onLog = [](const std::string& m) { std::cout << "note: " << m << std::endl; };
+    // Standard output gone (its reader ended: `train | head`): stop as a closed terminal does, with
+    // a checkpoint, rather than train on unseen (a signal used to end it without a word).
+    const auto outputLost = [] {
+        if (!std::cout)
+            cancelFlag().store(true);
+    };
+    cb.onLog = [&](const std::string& m) {
+        std::cout << "note: " << m << std::endl;
+        outputLost();
+    };
     double lastLoss = NAN;
     cb.onStep = [&](const StepMetrics& m) { lastLoss = m.loss; };
     cb.onProgress = [&](const TrainProgress& p) {
@@ -106,17 +115,18 @@ int run(const TrainArgs& a)
         std::cout << "\r\033[Kepoch " << p.epoch + 1 << "/" << p.epochs << "  step " << p.step << "/" << p.totalSteps
                   << "  loss " << fixed(lastLoss, 3) << "  elapsed " << formatDuration(p.elapsedSeconds) << "  ETA "
                   << formatDuration(p.etaSeconds) << std::flush;
+        outputLost();
     };
     cb.onEpoch = [&](const EpochMetrics& m) {
         if (tty && !a.quiet)
             std::cout << "\r\033[K";
-        if (a.quiet)
-            return;
-        std::cout << "epoch " << std::setw(3) << m.epoch + 1 << "  train loss " << fixed(m.trainLoss, 4)
-                  << "  val loss " << (std::isfinite(m.validationLoss) ? fixed(m.validationLoss, 4) : "-")
-                  << "  val acc "
-                  << (std::isfinite(m.validationAccuracy) ? fixed(100 * m.validationAccuracy, 1) + "%" : "-") << "  "
-                  << fixed(m.seconds, 2) << " s  " << fixed(m.tokensPerSecond, 0) << " tok/s" << std::endl;
+        if (!a.quiet)
+            std::cout << "epoch " << std::setw(3) << m.epoch + 1 << "  train loss " << fixed(m.trainLoss, 4)
+                      << "  val loss " << (std::isfinite(m.validationLoss) ? fixed(m.validationLoss, 4) : "-")
+                      << "  val acc "
+                      << (std::isfinite(m.validationAccuracy) ? fixed(100 * m.validationAccuracy, 1) + "%" : "-")
+                      << "  " << fixed(m.seconds, 2) << " s  " << fixed(m.tokensPerSecond, 0) << " tok/s" << std::endl;
+        outputLost();
     };
 
     TrainResult r;
@@ -153,9 +163,15 @@ int run(const TrainArgs& a)
     }
     if (tty && !a.quiet)
         std::cout << "\r\033[K";
-    std::cout << describe(r) << "\nrun folder: " << chatbench::printable(a.run) << "\n";
+    // Where the output went away, the outcome goes to standard error (the end of the command
+    // reports the output that failed).
+    std::ostream& out = std::cout ? std::cout : std::cerr;
+    if (!std::cout)
+        out << "standard output was closed (its reader ended)"
+            << (r.status == TrainStatus::Cancelled ? ": training stopped" : "") << "\n";
+    out << describe(r) << "\nrun folder: " << chatbench::printable(a.run) << "\n";
     if (r.status == TrainStatus::Cancelled)
-        std::cout << "continue with: chatbench-cli train --resume --run " << shellWord(a.run) << "\n";
+        out << "continue with: chatbench-cli train --resume --run " << shellWord(a.run) << "\n";
     return r.status == TrainStatus::Cancelled ? 130 : 0;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <optional>
 #include <random>
 #include <set>
@@ -680,7 +681,28 @@ int64_t Corpus::skippedFiles() const
         warnings.begin(), warnings.end(), [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::File; });
 }
 
+namespace {
+
+Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options);
+
+} // namespace
+
 Corpus loadCorpus(const std::string& path, const LoadOptions& options)
+{
+    try {
+        return loadCorpusUnguarded(path, options);
+    } catch (const std::bad_alloc&) {
+        // The cap (--max-corpus-mb) is above what this machine can give (a raised cap, a memory
+        // limit): said with the file, not as a bare "std::bad_alloc".
+        throw Error(path, 0,
+            "out of memory while loading the corpus (it may take up to " + std::to_string(options.maxTextBytes >> 20)
+                + " MiB, the --max-corpus-mb limit): free memory, or lower the limit to learn which text is too large");
+    }
+}
+
+namespace {
+
+Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options)
 {
     Corpus corpus;
     corpus.path = path;
@@ -802,6 +824,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options)
     }
     return corpus;
 }
+
+} // namespace
 
 void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
 {

@@ -1,5 +1,7 @@
 #include "chatbench/corpusstats.h"
 
+#include "chatbench/error.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -74,7 +76,7 @@ std::string describe(const CorpusStats& s, const std::string& path, size_t maxWa
 {
     std::ostringstream o;
     o << std::fixed;
-    o << "corpus       " << path << "\n"
+    o << "corpus       " << printable(path) << "\n"
       << "format       " << formatName(s.format) << " (" << s.files << " file(s))\n"
       << "pairs        " << s.pairs << " (" << pairingName(s.pairing) << " pairing)\n"
       << "vocabulary   " << s.vocabulary << " words at min frequency " << s.tokenizer.minFrequency << " ("

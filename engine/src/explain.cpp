@@ -152,7 +152,8 @@ std::vector<Pair> trainingPairs(const Chatbot& bot)
         throw Error("this model's config names no corpus (an imported model): there are no training prompts to search");
     const Corpus corpus = loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
     // Pairs the model never saw would be shown as what it learnt from.
-    if (bot.corpusFingerprint() != 0 && corpusFingerprint(corpus.pairs) != bot.corpusFingerprint())
+    if (bot.corpusFingerprint() != 0
+        && !sameCorpusFingerprint(bot.corpusFingerprint(), corpusFingerprint(corpus.pairs)))
         throw Error(cfg.corpus, 0, "has changed since the model trained on it: its prompts are not the training ones");
     std::vector<Pair> out;
     for (Pair& p : splitPairs(corpus.pairs, cfg.validationFraction, cfg.seed).train)

@@ -269,9 +269,9 @@ std::string describe(const KerasImport& r)
 {
     std::ostringstream o;
     const ModelConfig& mc = r.config.model;
-    o << "imported into " << r.runDir << ": " << mc.layers << " layer(s), E=" << mc.embedDim << ", H=" << mc.hidden
-      << ", vocabulary " << mc.vocabSize << " (Keras " << r.kerasVocabulary << "), prompts ≤ " << mc.maxSourceLength
-      << " words, replies ≤ " << mc.maxTargetLength - 1 << " tokens\n";
+    o << "imported into " << printable(r.runDir) << ": " << mc.layers << " layer(s), E=" << mc.embedDim
+      << ", H=" << mc.hidden << ", vocabulary " << mc.vocabSize << " (Keras " << r.kerasVocabulary << "), prompts ≤ "
+      << mc.maxSourceLength << " words, replies ≤ " << mc.maxTargetLength - 1 << " tokens\n";
     for (const auto& n : r.notes)
         o << "note: " << n << "\n";
     if (!r.diagnosis.modes.empty())

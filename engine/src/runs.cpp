@@ -202,12 +202,15 @@ std::string stateJson(const RunState& state)
     j["have_best"] = state.haveBest;
     j["bad_epochs"] = state.badEpochs;
     j["finished"] = state.finished;
-    j["corpus_fingerprint"] = state.corpusFingerprint;
-    if (state.vocabFingerprint != 0) { // as hex text: JSON tools that read numbers as doubles keep it
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(state.vocabFingerprint));
-        j["vocab_fingerprint"] = hex;
-    }
+    // Fingerprints as hex text: JSON tools that read numbers as doubles keep them.
+    const auto hex = [](uint64_t v) {
+        char text[17];
+        std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+        return std::string(text);
+    };
+    j["corpus_fingerprint"] = hex(state.corpusFingerprint);
+    if (state.vocabFingerprint != 0)
+        j["vocab_fingerprint"] = hex(state.vocabFingerprint);
     j["loss_scale"] = state.lossScale;
     j["loss_scale_good_steps"] = state.lossScaleGoodSteps;
     if (!state.recipe.empty())
@@ -306,14 +309,20 @@ RunState loadStateFile(const std::string& path)
             s.bestValidationLoss = 0; // none yet: written as 0 (runs before NaN was written as null)
         s.badEpochs = field<int>(root, "bad_epochs");
         s.finished = field<bool>(root, "finished");
-        s.corpusFingerprint = field<uint64_t>(root, "corpus_fingerprint");
-        if (const std::string hex = field<std::string>(root, "vocab_fingerprint", std::string()); !hex.empty()) {
+        const auto fromHex = [](const std::string& hex, const char* name) {
             if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
                 throw FieldError(
-                    "'vocab_fingerprint' must be 16 hex digits, not \"" + printable(hex.substr(0, 40)) + "\"",
-                    "vocab_fingerprint");
-            s.vocabFingerprint = std::stoull(hex, nullptr, 16);
-        }
+                    std::string("'") + name + "' must be 16 hex digits, not \"" + printable(hex.substr(0, 40)) + "\"",
+                    name);
+            return static_cast<uint64_t>(std::stoull(hex, nullptr, 16));
+        };
+        // Hex text; a number in runs from before it was written so (compared with
+        // sameCorpusFingerprint, as a JSON tool may have rounded it).
+        s.corpusFingerprint = j.contains("corpus_fingerprint") && j["corpus_fingerprint"].is_string()
+            ? fromHex(j["corpus_fingerprint"].get<std::string>(), "corpus_fingerprint")
+            : field<uint64_t>(root, "corpus_fingerprint");
+        if (const std::string hex = field<std::string>(root, "vocab_fingerprint", std::string()); !hex.empty())
+            s.vocabFingerprint = fromHex(hex, "vocab_fingerprint");
         s.lossScale = field<double>(root, "loss_scale", 65536.0);
         s.lossScaleGoodSteps = field<int64_t>(root, "loss_scale_good_steps", int64_t(0));
         if (j.contains("recipe")) {
@@ -343,6 +352,11 @@ RunState loadStateFile(const std::string& path)
             m.validationLoss = numberOr(h, "validation_loss", NAN);
             m.validationAccuracy = numberOr(h, "validation_accuracy", NAN);
             m.perplexity = numberOr(h, "perplexity", NAN);
+            // JSON has no infinity: a perplexity past the doubles (a finite loss above ~709) is
+            // written as null; it is the losses' exp again, not NaN (metrics.csv is rewritten from it).
+            if (const double again = std::exp(std::isfinite(m.validationLoss) ? m.validationLoss : m.trainLoss);
+                std::isnan(m.perplexity) && std::isinf(again))
+                m.perplexity = again;
             m.seconds = field<double>(h, "seconds");
             m.tokensPerSecond = field<double>(h, "tokens_per_second");
             m.elapsedSeconds = field<double>(h, "elapsed_seconds");

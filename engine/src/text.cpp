@@ -20,7 +20,8 @@ namespace {
 // "cannot open file (Permission denied)": the system's reason when the open left one.
 std::string cannotOpen(int error)
 {
-    return error != 0 ? "cannot open file (" + std::string(std::strerror(error)) + ")" : std::string("cannot open file");
+    return error != 0 ? "cannot open file (" + std::string(std::strerror(error)) + ")"
+                      : std::string("cannot open file");
 }
 
 } // namespace
@@ -317,12 +318,14 @@ std::string printable(std::string_view s)
         } else {
             const size_t len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
             const std::string_view seq = s.substr(i, len);
-            // C1 controls (U+0080–U+009F: 0xC2 0x80–0x9F) and the bidirectional overrides and
-            // isolates (U+202A–U+202E, U+2066–U+2069) act on a terminal or reorder text: escaped.
+            // C1 controls (U+0080–U+009F: 0xC2 0x80–0x9F), the bidirectional overrides and
+            // isolates (U+202A–U+202E, U+2066–U+2069) and marks (U+200E, U+200F, U+061C), and the
+            // line and paragraph separators (U+2028, U+2029) act on a terminal, reorder text or
+            // break a line: escaped.
             const auto b1 = seq.size() > 1 ? static_cast<unsigned char>(seq[1]) : 0;
             const auto b2 = seq.size() > 2 ? static_cast<unsigned char>(seq[2]) : 0;
-            const bool control = (b == 0xC2 && b1 >= 0x80 && b1 <= 0x9F)
-                || (b == 0xE2 && b1 == 0x80 && b2 >= 0xAA && b2 <= 0xAE)
+            const bool control = (b == 0xC2 && b1 >= 0x80 && b1 <= 0x9F) || (b == 0xD8 && b1 == 0x9C)
+                || (b == 0xE2 && b1 == 0x80 && ((b2 >= 0xA8 && b2 <= 0xAE) || b2 == 0x8E || b2 == 0x8F))
                 || (b == 0xE2 && b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
             if (control) {
                 for (char ch : seq)

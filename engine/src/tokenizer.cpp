@@ -262,7 +262,19 @@ void Tokenizer::save(const std::string& path) const
     j["drop_unknown"] = m_options.dropUnknown;
     j["lowercase"] = m_options.unicodeLowercase ? "unicode" : "ascii";
     j["tokens"] = m_words;
-    writeFileAtomic(path, j.dump(1));
+    std::string text = j.dump(1);
+    // What load reads back: a file over its limit would be written and then refused, leaving a run
+    // that trained but can neither chat nor resume.
+    if (static_cast<int64_t>(text.size()) > text::kMaxJsonFileBytes) {
+        size_t longest = 0;
+        for (const std::string& w : m_words)
+            longest = std::max(longest, w.size());
+        throw Error(path, 0,
+            "the vocabulary would take " + std::to_string((text.size() >> 20) + 1) + " MiB, more than the "
+                + std::to_string(text::kMaxJsonFileBytes >> 20) + " MiB a vocabulary file may hold (its longest word: "
+                + std::to_string(longest) + " bytes); lower --max-vocab, or check the corpus for text without spaces");
+    }
+    writeFileAtomic(path, text);
 }
 
 Tokenizer Tokenizer::load(const std::string& path)

@@ -392,6 +392,12 @@ uint64_t corpusFingerprint(const std::vector<Pair>& pairs)
     return f.value();
 }
 
+bool sameCorpusFingerprint(uint64_t recorded, uint64_t actual)
+{
+    return recorded == actual
+        || (recorded > (uint64_t(1) << 53) && static_cast<double>(recorded) == static_cast<double>(actual));
+}
+
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
 {
     validate(cfg);
@@ -497,7 +503,10 @@ TrainResult resume(
         s.cfg.pairing = corpus.pairing;
         writeFileAtomic(configPath(runDir), toJson(s.cfg));
         log(cb, "fine-tuning on " + (corpus.path.empty() ? std::string("the given corpus") : corpus.path));
-    } else if (s.state.corpusFingerprint != corpusFingerprint(corpus.pairs)) {
+    } else if (const uint64_t actual = corpusFingerprint(corpus.pairs);
+               sameCorpusFingerprint(s.state.corpusFingerprint, actual)) {
+        s.state.corpusFingerprint = actual; // exact again where a JSON tool had rounded it
+    } else {
         throw Error(runDir, 0,
             "the corpus differs from the one this run started with (" + s.cfg.corpus
                 + "); resume needs the same pairs");

@@ -82,4 +82,9 @@ std::string describe(const TrainResult& result);
 // A 64-bit fingerprint of the pairs' text (order-sensitive).
 uint64_t corpusFingerprint(const std::vector<Pair>& pairs);
 
+// Whether a fingerprint a run recorded is `actual`. Runs before it was written as hex text held it
+// as a JSON number, which a tool that reads numbers as doubles (jq, a script) rounds past 2^53 when
+// it rewrites the file: such a number matches the fingerprint it was rounded from.
+bool sameCorpusFingerprint(uint64_t recorded, uint64_t actual);
+
 } // namespace chatbench
