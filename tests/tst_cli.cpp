@@ -72,6 +72,7 @@ private Q_SLOTS:
     void corpusOutOfMemoryNamesTheFile();
     void brokenPipeStopsTrainingWithACheckpoint();
     void namesThatActOnTheTerminalAreEscaped();
+    void defaultCorpusSaysWhereItCameFrom();
     void stopAndResume();
     void signalWhileWaitingEndsAtOnce();
     void chatLineEndingsAndControlBytes();
@@ -349,6 +350,28 @@ void TestCli::namesThatActOnTheTerminalAreEscaped()
     const Run pasted = shell("eval \"set -- $1\"; [ -d \"$1\" ] && echo found",
         { "$'" + m_dir.path() + "/c\\x1b[31mred\\xe2\\x80\\xaeevil-run'" });
     QCOMPARE(pasted.out, QString("found\n"));
+}
+
+// Found by an outside pass: without --corpus, $CHATBENCH_CORPUS or a datasets/chatbench in the
+// working folder is read before the bundled corpus, and an error loading it did not say why that
+// path was read (--help said "the bundled corpus").
+void TestCli::defaultCorpusSaysWhereItCameFrom()
+{
+    const Run env = shell("CHATBENCH_CORPUS=/nonexistent/corpus.yml \"$0\" train --preset quick --epochs 1 --run \"$1\"",
+        { m_dir.filePath("env-run") });
+    QCOMPARE(env.code, 1);
+    QVERIFY2(env.err.contains("/nonexistent/corpus.yml")
+            && env.err.contains("(the default corpus, $CHATBENCH_CORPUS; --corpus names another)"),
+        qPrintable(env.err));
+    const QString work = m_dir.filePath("elsewhere");
+    testutil::writeFile(m_dir, "elsewhere/datasets/chatbench/notes.txt", "not a corpus\n");
+    const Run cwd = shell("cd \"$1\" && \"$0\" bench --preset quick --batch 2 --repeats 1 --no-epoch --out ''", { work });
+    QCOMPARE(cwd.code, 1);
+    QVERIFY2(cwd.err.contains("(the default corpus, datasets/chatbench in the working folder; --corpus names another)"),
+        qPrintable(cwd.err));
+    QVERIFY(!QDir(m_dir.filePath("env-run")).exists());
+    const Run help = cli({ "train", "--help" });
+    QVERIFY2(help.out.contains("$CHATBENCH_CORPUS"), qPrintable(help.out));
 }
 
 void TestCli::badArguments()
@@ -804,6 +827,16 @@ void TestCli::outputsNeverOverwriteInputsOrRuns()
     QVERIFY2(inFolder.err.contains("would overwrite a file of the input folder"), qPrintable(inFolder.err));
     QCOMPARE(read(source), before);
     QCOMPARE(cli({ "corpus", "export", source, "--out", folder + "/pairs.tsv" }).code, 0); // a new file: fine
+    // ... unless the folder would read it as one of its own next time (found by an outside pass:
+    // TSV in pairs.yml, and the folder then failed to load).
+    QVERIFY(QDir(folder).mkpath("deeper"));
+    for (const QString& name : { "pairs.yml", "deeper/PAIRS.YAML" }) {
+        const Run yml = cli({ "corpus", "export", folder, "--out", folder + "/" + name });
+        QCOMPARE(yml.code, 1);
+        QVERIFY2(yml.err.contains("which reads every .yml and .yaml file in it"), qPrintable(yml.err));
+        QVERIFY(!QFile::exists(folder + "/" + name));
+    }
+    QCOMPARE(cli({ "corpus", "validate", folder, "--strict" }).code, 0);
 
     const QString run = m_dir.filePath("outs/run");
     QCOMPARE(cli({ "train", "--preset", "quick", "--corpus", source, "--run", run, "--epochs", "1" }).code, 0);

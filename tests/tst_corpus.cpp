@@ -631,6 +631,19 @@ void TestCorpus::cornellFolder()
     QCOMPARE(c.pairs[0].prompt, std::string("Can we go?"));
     QCOMPARE(c.pairs[0].response, std::string("Sure, caf\xC3\xA9 first.")); // Latin-1 decoded to UTF-8
     QCOMPARE(c.pairs[1].response, std::string("Great."));
+    QVERIFY(c.warnings.empty());
+    // YAML files beside them are not read, and that is said (found dropped without a word).
+    testutil::writeFile(dir, "cornell/greetings.yml", "conversations:\n- - hi\n  - hello\n");
+    testutil::writeFile(dir, "cornell/more/other.yaml", "conversations:\n- - bye\n  - see you\n");
+    LoadOptions strict;
+    strict.strict = true;
+    const Corpus mixed = loadCorpus(dir.filePath("cornell").toStdString(), strict);
+    QCOMPARE(mixed.pairs.size(), size_t(2));
+    QCOMPARE(mixed.warnings.size(), size_t(1));
+    QVERIFY2(mixed.warnings[0].message.find("2 YAML file(s) not read, since a folder with movie_lines.txt is read as "
+                                            "Cornell: greetings.yml and 1 more")
+            != std::string::npos,
+        mixed.warnings[0].message.c_str());
 }
 
 void TestCorpus::cornellMissingLine()

@@ -92,7 +92,8 @@ void printTable(const BenchReport& r, const BenchConfig& cfg)
 
 int run(BenchArgs a)
 {
-    if (a.corpus.empty())
+    const bool defaulted = a.corpus.empty();
+    if (defaulted)
         a.corpus = defaultCorpusPath();
     a.cfg.epoch = !a.noEpoch;
     a.cfg.precisions.clear();
@@ -114,7 +115,7 @@ int run(BenchArgs a)
     }
     if (!a.out.empty())
         checkOutputFile(a.out, { a.corpus }); // before minutes of timing, not after
-    const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags);
+    const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags, defaulted);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();
     const bool tty = ::isatty(STDERR_FILENO);
@@ -166,7 +167,7 @@ void addBenchCommand(CLI::App& app, int& exitCode)
     auto a = std::make_shared<BenchArgs>();
     auto* cmd = app.add_subcommand(
         "bench", "Time training steps, epochs and replies per device/precision/batch; print a table, write JSON");
-    cmd->add_option("--corpus", a->corpus, "Corpus (default: the bundled corpus)");
+    cmd->add_option("--corpus", a->corpus, std::string("Corpus (") + kDefaultCorpusHelp + ")");
     addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--preset", a->cfg.preset, "Model preset: seed, quick, large")
         ->check(oneOf(presetNames()))

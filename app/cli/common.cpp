@@ -198,26 +198,46 @@ void checkOutputFile(const std::string& out, const std::vector<std::string>& inp
         throw chatbench::Error(out, 0,
             "is in the run folder " + chatbench::printable(folder.string())
                 + ", whose files the run writes itself: write it elsewhere");
-    if (!fs::exists(target, ec))
-        return;
+    const bool exists = fs::exists(target, ec);
+    std::string ext = target.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
     for (const std::string& in : inputs) {
         std::error_code e2;
         const fs::path source = fs::weakly_canonical(fs::absolute(in, e2), e2);
         if (e2)
             continue;
-        const bool same = fs::equivalent(target, source, e2);
+        const bool same = exists && fs::equivalent(target, source, e2);
         const auto [end, _] = std::mismatch(source.begin(), source.end(), target.begin(), target.end());
         const bool inside = fs::is_directory(source, e2) && end == source.end();
-        if (same || inside)
+        if (same || (inside && exists))
             throw chatbench::Error(out, 0,
                 std::string("would overwrite ") + (same ? "the input " : "a file of the input folder ")
                     + chatbench::printable(in) + ": write it elsewhere");
+        // A new file the folder would read next time (a folder is read as chatterbot YAML: every
+        // .yml and .yaml in it and its subfolders) would make it fail to load.
+        if (inside && (ext == ".yml" || ext == ".yaml"))
+            throw chatbench::Error(out, 0,
+                "is in the input folder " + chatbench::printable(in)
+                    + ", which reads every .yml and .yaml file in it: the output would be read as a corpus file "
+                      "next time; write it elsewhere");
     }
 }
 
-chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags)
+chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags, bool defaulted)
 {
-    chatbench::Corpus c = chatbench::loadCorpus(path, flags.options());
+    chatbench::Corpus c;
+    try {
+        c = chatbench::loadCorpus(path, flags.options());
+    } catch (const chatbench::Error& e) {
+        if (!defaulted)
+            throw;
+        const char* env = std::getenv("CHATBENCH_CORPUS");
+        const std::string why = env && *env ? "$CHATBENCH_CORPUS"
+            : path == "datasets/chatbench"  ? "datasets/chatbench in the working folder"
+                                            : "the bundled corpus";
+        throw chatbench::Error(
+            e.file(), e.line(), e.message() + " (the default corpus, " + why + "; --corpus names another)");
+    }
     const size_t shown = flags.verbose ? c.warnings.size() : kWarningsShown;
     std::cerr << chatbench::describeWarnings(c.warnings, shown);
     if (c.warnings.size() > shown)

@@ -64,7 +64,13 @@ void checkOutputFile(const std::string& out, const std::vector<std::string>& inp
 
 // Loads a corpus named on the command line and reports what was skipped on stderr: a summary
 // and the first few warnings (all with --verbose).
-chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags);
+chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags, bool defaulted = false);
+
+// What --corpus defaults to, for the options' help; an error loading the default says which
+// rule chose it (`defaulted` above).
+inline constexpr const char* kDefaultCorpusHelp
+    = "default: $CHATBENCH_CORPUS when set, else datasets/chatbench in the working folder when there is one, else "
+      "the bundled corpus";
 
 // `text` as one shell word, quoted when it needs to be (for the commands the CLI suggests).
 std::string shellWord(const std::string& text);

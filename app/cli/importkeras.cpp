@@ -40,7 +40,7 @@ int run(const ImportArgs& a)
     if (a.prompts > 0) {
         checkKerasInputFiles(opt); // a mistyped model is said before a corpus is loaded for nothing
         const std::string path = a.corpus.empty() ? defaultCorpusPath() : a.corpus;
-        opt.prompts = samplePrompts(loadCorpusArg(path, a.corpusFlags).pairs, a.prompts);
+        opt.prompts = samplePrompts(loadCorpusArg(path, a.corpusFlags, a.corpus.empty()).pairs, a.prompts);
         std::cout << "diagnosis prompts: " << opt.prompts.size() << " from " << chatbench::printable(path) << "\n";
     }
     const KerasImport r = importKeras(opt, a.out);
@@ -68,7 +68,7 @@ void addImportKerasCommand(CLI::App& app, int& exitCode)
     cmd->add_option(
            "--max-target", a->maxTarget, "Reply tokens, start and end included (default: the model's, else 74)")
         ->check(CLI::Range(3, 4096));
-    cmd->add_option("--corpus", a->corpus, "Corpus whose prompts the diagnosis asks (default: the bundled corpus)");
+    cmd->add_option("--corpus", a->corpus, std::string("Corpus whose prompts the diagnosis asks (") + kDefaultCorpusHelp + ")");
     addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--prompts", a->prompts, "Prompts the diagnosis asks; 0 = no diagnosis")
         ->check(CLI::Range(0, 100000))

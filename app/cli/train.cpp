@@ -155,7 +155,7 @@ int run(const TrainArgs& a)
             args.corpus = defaultCorpusPath();
         const TrainConfig cfg = configFrom(args);
         validate(cfg);
-        const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags);
+        const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags, a.corpus.empty());
         std::cout << "training preset '" << cfg.preset << "' on " << chatbench::printable(args.corpus) << " ("
                   << corpus.pairs.size() << " pairs) into " << chatbench::printable(a.run) << std::endl;
         const CancelWatch watch;
@@ -181,7 +181,7 @@ void addTrainCommand(CLI::App& app, int& exitCode)
 {
     auto a = std::make_shared<TrainArgs>();
     auto* cmd = app.add_subcommand("train", "Train a chatbot into a run folder (Ctrl-C stops and checkpoints)");
-    cmd->add_option("--corpus", a->corpus, "Corpus file or folder (default: the bundled corpus)");
+    cmd->add_option("--corpus", a->corpus, std::string("Corpus file or folder (") + kDefaultCorpusHelp + ")");
     addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--preset", a->preset, "seed (the Keras recipe), quick, large")->check(oneOf(presetNames()));
     cmd->add_option("--run", a->run, "Run folder")->capture_default_str();

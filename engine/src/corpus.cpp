@@ -723,6 +723,14 @@ Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options)
         if (!isDir)
             throw Error(path, 0, "the Cornell format is a folder with movie_lines.txt and movie_conversations.txt");
         loadCornell(L, p);
+        // YAML files beside the Cornell pair are not read: said, as a YAML folder says what it
+        // leaves (an outside pass found them dropped without a word, even with --strict).
+        if (const std::vector<fs::path> yaml = scanYamlFolder(p).yamlFiles; !yaml.empty())
+            L.note(path, 0,
+                std::to_string(yaml.size()) + " YAML file(s) not read, since a folder with movie_lines.txt is read as "
+                    + "Cornell: " + printable(yaml[0].filename().string())
+                    + (yaml.size() > 1 ? " and " + std::to_string(yaml.size() - 1) + " more" : "")
+                    + "; a YAML file or a folder of them is read when named on its own");
     } else if (isDir) {
         if (corpus.format != CorpusFormat::ChatterbotYaml)
             throw Error(path, 0, "only chatterbot YAML and Cornell corpora can be folders");
