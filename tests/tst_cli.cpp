@@ -126,6 +126,14 @@ void TestCli::corpusCommands()
     const Run t = cli({ "corpus", "stats", m_corpus });
     QCOMPARE(t.code, 0);
     QVERIFY(t.out.contains("OOV rate"));
+    // One pair holds nothing out: no validation words, not "0.0% of validation words".
+    const QString one
+        = QString::fromStdString(testutil::writeFile(m_dir, "one-pair.tsv", "hello there\tgeneral kenobi\n"));
+    const Run single = cli({ "corpus", "stats", one });
+    QVERIFY2(single.code == 0 && single.out.contains("OOV rate     - (no validation words"), qPrintable(single.out));
+    const Run singleJson = cli({ "corpus", "stats", "--json", one });
+    QVERIFY2(QJsonDocument::fromJson(singleJson.out.toUtf8()).object()["validation_oov_rate"].isNull(),
+        qPrintable(singleJson.out));
 }
 
 void TestCli::corpusErrorsNameFileAndLine()
@@ -357,15 +365,17 @@ void TestCli::namesThatActOnTheTerminalAreEscaped()
 // path was read (--help said "the bundled corpus").
 void TestCli::defaultCorpusSaysWhereItCameFrom()
 {
-    const Run env = shell("CHATBENCH_CORPUS=/nonexistent/corpus.yml \"$0\" train --preset quick --epochs 1 --run \"$1\"",
-        { m_dir.filePath("env-run") });
+    const Run env
+        = shell("CHATBENCH_CORPUS=/nonexistent/corpus.yml \"$0\" train --preset quick --epochs 1 --run \"$1\"",
+            { m_dir.filePath("env-run") });
     QCOMPARE(env.code, 1);
     QVERIFY2(env.err.contains("/nonexistent/corpus.yml")
             && env.err.contains("(the default corpus, $CHATBENCH_CORPUS; --corpus names another)"),
         qPrintable(env.err));
     const QString work = m_dir.filePath("elsewhere");
     testutil::writeFile(m_dir, "elsewhere/datasets/chatbench/notes.txt", "not a corpus\n");
-    const Run cwd = shell("cd \"$1\" && \"$0\" bench --preset quick --batch 2 --repeats 1 --no-epoch --out ''", { work });
+    const Run cwd
+        = shell("cd \"$1\" && \"$0\" bench --preset quick --batch 2 --repeats 1 --no-epoch --out ''", { work });
     QCOMPARE(cwd.code, 1);
     QVERIFY2(cwd.err.contains("(the default corpus, datasets/chatbench in the working folder; --corpus names another)"),
         qPrintable(cwd.err));
@@ -410,6 +420,15 @@ void TestCli::badArguments()
         const Run r = cli({ "chat", "--run", m_dir.filePath("no-run"), "--once", empty });
         QVERIFY(r.code != 0);
         QVERIFY2(r.err.contains("--once: the message is empty") && r.out.isEmpty(), qPrintable(r.err));
+        const Run compare = cli({ "chat", "--run", m_dir.filePath("no-run"), "--once", "hi", "--compare", empty });
+        QVERIFY2(compare.code != 0 && compare.err.contains("--compare: the message is empty"), qPrintable(compare.err));
+    }
+    // Help that cannot be written is an error, not status 0.
+    for (const QString flag : { "--help", "--version" }) {
+        const Run full = shell("\"$0\" \"$1\" > /dev/full", { flag });
+        QVERIFY2(
+            full.code == 1 && full.err.contains("could not be written to standard output (No space left on device)"),
+            qPrintable(flag + ": " + full.err));
     }
     const Run dev = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("dev"), "--device", "tpu" });
     QCOMPARE(dev.code, 1);

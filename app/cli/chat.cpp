@@ -334,8 +334,9 @@ void addChatCommand(CLI::App& app, int& exitCode)
         ->check(CLI::IsMember({ "cosine", "l2" }))
         ->capture_default_str();
     cmd->add_option("--compare", a->compare,
-        "A second question: both encoder states, their distance and both replies, handed over and from zeros; "
-        "implies --explain");
+           "A second question: both encoder states, their distance and both replies, handed over and from zeros; "
+           "implies --explain")
+        ->check(hasText);
     cmd->add_option("--weights", a->weights, "latest (the newest checkpoint) or best (the lowest validation loss)")
         ->check(CLI::IsMember({ "latest", "best" }))
         ->capture_default_str();

@@ -68,7 +68,8 @@ void addImportKerasCommand(CLI::App& app, int& exitCode)
     cmd->add_option(
            "--max-target", a->maxTarget, "Reply tokens, start and end included (default: the model's, else 74)")
         ->check(CLI::Range(3, 4096));
-    cmd->add_option("--corpus", a->corpus, std::string("Corpus whose prompts the diagnosis asks (") + kDefaultCorpusHelp + ")");
+    cmd->add_option(
+        "--corpus", a->corpus, std::string("Corpus whose prompts the diagnosis asks (") + kDefaultCorpusHelp + ")");
     addCorpusFlags(cmd, a->corpusFlags);
     cmd->add_option("--prompts", a->prompts, "Prompts the diagnosis asks; 0 = no diagnosis")
         ->check(CLI::Range(0, 100000))

@@ -128,7 +128,19 @@ int main(int argc, char** argv)
     try {
         app.parse(argc, argv); // runs the chosen command's callback
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // --help and --version print and succeed, unless what they print does not arrive.
+        const int code = app.exit(e);
+        std::cout.flush();
+        errno = 0;
+        if (code == 0 && (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))) {
+            std::cerr << "error: the output could not be written to standard output ("
+                      << std::strerror(out.firstFailure() != 0 ? out.firstFailure()
+                                 : errno != 0                  ? errno
+                                                               : EIO)
+                      << ")\n";
+            return 1;
+        }
+        return code;
     } catch (const chatbench::Error& e) {
         std::cerr << "error: " << printableLines(e.what()) << "\n";
         return 1;
@@ -156,8 +168,8 @@ int main(int argc, char** argv)
     if (!std::cout || std::ferror(stdout) || chatbench::startcheck::stdoutWasClosed()) {
         std::cerr << "error: the output could not be written to standard output ("
                   << (chatbench::startcheck::stdoutWasClosed() ? std::string("it was closed")
-                             : reason != 0 ? std::string(std::strerror(reason))
-                                           : std::string("a write failed; is the disk full?"))
+                             : reason != 0                     ? std::string(std::strerror(reason))
+                                                               : std::string("a write failed; is the disk full?"))
                   << ")\n";
         return exitCode != 0 ? exitCode : 1;
     }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -24,7 +25,11 @@ CorpusStats corpusStats(const Corpus& corpus, const TokenizerOptions& tokenizer)
     const Split split = splitPairs(corpus.pairs, kStatsValidationFraction, kStatsSeed);
     const Tokenizer tok = Tokenizer::build(split.train, tokenizer);
     s.vocabulary = tok.size();
-    s.validationOovRate = oovRate(tok, split.validation);
+    // A corpus too small to hold pairs out has no validation words to measure (it said 0.0%).
+    int64_t validationWords = 0;
+    for (const Pair& p : split.validation)
+        validationWords += static_cast<int64_t>(tok.split(p.prompt).size() + tok.split(p.response).size());
+    s.validationOovRate = validationWords == 0 ? NAN : oovRate(tok, split.validation);
     auto bump = [](std::vector<int64_t>& h, size_t n) {
         if (h.size() <= n)
             h.resize(n + 1);
@@ -60,7 +65,8 @@ std::string toJson(const CorpusStats& s, const std::string& path)
     j["vocabulary"] = s.vocabulary;
     j["min_frequency"] = s.tokenizer.minFrequency;
     j["tokenizer"] = tokenizerModeName(s.tokenizer.mode);
-    j["validation_oov_rate"] = s.validationOovRate;
+    j["validation_oov_rate"]
+        = std::isnan(s.validationOovRate) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.validationOovRate);
     j["prompt_words"] = { { "mean", s.meanPromptWords }, { "max", s.maxPromptWords } };
     j["response_words"] = { { "mean", s.meanResponseWords }, { "max", s.maxResponseWords } };
     nlohmann::ordered_json warnings = nlohmann::ordered_json::array();
@@ -74,6 +80,11 @@ std::string toJson(const CorpusStats& s, const std::string& path)
 
 std::string describe(const CorpusStats& s, const std::string& path, size_t maxWarnings)
 {
+    std::ostringstream oov;
+    if (std::isnan(s.validationOovRate))
+        oov << "- (no validation words: too few pairs to hold some out)";
+    else
+        oov << std::fixed << std::setprecision(1) << 100 * s.validationOovRate << "% of validation words";
     std::ostringstream o;
     o << std::fixed;
     o << "corpus       " << printable(path) << "\n"
@@ -82,8 +93,9 @@ std::string describe(const CorpusStats& s, const std::string& path, size_t maxWa
       << "vocabulary   " << s.vocabulary << " words at min frequency " << s.tokenizer.minFrequency << " ("
       << tokenizerModeName(s.tokenizer.mode) << " tokenizer, " << std::setprecision(0)
       << 100 * (1 - kStatsValidationFraction) << "% training split)\n"
-      << "OOV rate     " << std::setprecision(1) << 100 * s.validationOovRate << "% of validation words\n"
-      << "prompt       " << s.meanPromptWords << " words on average, " << s.maxPromptWords << " at most\n"
+      << "OOV rate     " << oov.str() << "\n"
+      << std::setprecision(1) << "prompt       " << s.meanPromptWords << " words on average, " << s.maxPromptWords
+      << " at most\n"
       << "response     " << s.meanResponseWords << " words on average, " << s.maxResponseWords << " at most\n";
     if (!s.warnings.empty())
         o << "warnings     " << describeWarnings(s.warnings, maxWarnings, "warning      ");

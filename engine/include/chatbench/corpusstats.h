@@ -25,7 +25,7 @@ struct CorpusStats {
     int64_t pairs = 0;
     TokenizerOptions tokenizer; // the options the figures below were computed with
     int64_t vocabulary = 0; // words kept (specials included)
-    double validationOovRate = 0; // share of validation-split words that become <unk>
+    double validationOovRate = 0; // share of validation-split words that become <unk>; NaN: no validation words
     std::vector<int64_t> promptLengths; // histogram: index = words in the prompt, value = pairs
     std::vector<int64_t> responseLengths; // the same for responses
     double meanPromptWords = 0;
