@@ -214,6 +214,14 @@ void TestCli::trainSeedPresetAndChat()
     QVERIFY(lines[1].contains("handoff ok"));
     const Run other = cli({ "chat", "--run", m_run, "--once", "how old are you" });
     QCOMPARE(other.out.trimmed(), QString("a few epochs old"));
+    QVERIFY2(!other.err.contains("--max-length"), qPrintable(other.err));
+    // A --max-length past what the model was built for is capped, and that is said.
+    const Run longer = cli({ "chat", "--run", m_run, "--once", "how old are you", "--max-length", "100" });
+    QCOMPARE(longer.out.trimmed(), QString("a few epochs old"));
+    QVERIFY2(longer.err.contains("note: --max-length 100 is more than this model's replies can be: they stop at 73 "
+                                 "tokens (model.max_target_length 74 in config.json)"),
+        qPrintable(longer.err));
+    QVERIFY(!cli({ "chat", "--run", m_run, "--once", "hi", "--max-length", "73" }).err.contains("--max-length"));
     const Run beam = cli({ "chat", "--run", m_run, "--once", "good morning", "--method", "beam", "--beam", "3" });
     QCOMPARE(beam.out.trimmed(), QString("morning to you too"));
 }

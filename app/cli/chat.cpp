@@ -216,6 +216,10 @@ int run(const ChatArgs& a)
         = Chatbot::load(a.run, a.device, a.weights == "best" ? Chatbot::Weights::Best : Chatbot::Weights::Latest);
     if (!bot.note().empty())
         std::cerr << "note: " << bot.note() << "\n";
+    // Replies stop at the length the model was built for, whatever --max-length asks.
+    if (const int limit = bot.config().model.maxTargetLength - 1; a.maxLength > limit)
+        std::cerr << "note: --max-length " << a.maxLength << " is more than this model's replies can be: they stop at "
+                  << limit << " tokens (model.max_target_length " << limit + 1 << " in config.json)\n";
     const DecodeOptions opt = decodeOptions(a);
     const ExplainOptions ex = explainOptions(a);
     // The neighbour index: built once, before the first question.
