@@ -296,8 +296,12 @@ void CorpusView::showSummary(const CorpusSummary& s)
         tr("%1 (%2 file(s))").arg(QString::fromStdString(chatbench::formatName(st.format))).arg(st.files));
     m_pairs->setText(tr("%1 (%2 pairing)").arg(st.pairs).arg(QString::fromStdString(pairingName(st.pairing))));
     m_vocab->setText(tr("%1 words at min frequency %2").arg(st.vocabulary).arg(st.tokenizer.minFrequency));
-    m_oov->setText(std::isnan(st.validationOovRate) ? tr("– (no validation words: too few pairs to hold some out)")
-                                                    : QString("%1 %").arg(100 * st.validationOovRate, 0, 'f', 1));
+    const bool noValidation = std::isnan(st.validationOovRate); // too few pairs to hold some out
+    m_oov->setText(
+        noValidation ? tr("– (no validation pairs)") : QString("%1 %").arg(100 * st.validationOovRate, 0, 'f', 1));
+    m_oov->setToolTip(noValidation ? tr("The corpus has too few pairs to hold some out for validation, so there "
+                                        "are no unseen words to measure.")
+                                   : QString());
     m_warningItems = st.warnings;
     m_warningList->clear();
     for (const auto& w : st.warnings) {
