@@ -337,6 +337,13 @@ void TestCli::brokenPipeStopsTrainingWithACheckpoint()
     QVERIFY2(state["step"].toInteger() > 0 && state["epoch"].toInteger() < 1000, qPrintable(r.err));
     const Run chat = cli({ "chat", "--run", run, "--once", "good morning" });
     QVERIFY2(chat.code == 0, qPrintable(chat.err));
+    // Chat stops at the first reply it cannot write, and says so.
+    const Run piped = shell("yes 'good morning' | head -2000 | \"$0\" chat --run \"$1\" | head -1 >/dev/null;"
+                            " echo \"status ${PIPESTATUS[2]}\"",
+        { run });
+    QVERIFY2(piped.out.trimmed() == "status 1"
+            && piped.err.contains("error: the output could not be written to standard output (Broken pipe)"),
+        qPrintable(piped.out + piped.err));
 }
 
 // Found by an outside pass: a corpus file and run folders named with an escape sequence and a

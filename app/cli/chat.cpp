@@ -295,6 +295,8 @@ int run(const ChatArgs& a)
             std::cerr << "error: " << e.what() << std::endl;
             failed = true;
         }
+        if (!std::cout)
+            break; // the replies can no longer be written (a reader that ended): said at the end
     }
     return failed ? 1 : 0;
 }
