@@ -10,6 +10,7 @@
 #include <QThread>
 
 #include <csignal>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,6 +74,7 @@ private Q_SLOTS:
     void brokenPipeStopsTrainingWithACheckpoint();
     void namesThatActOnTheTerminalAreEscaped();
     void defaultCorpusSaysWhereItCameFrom();
+    void threadsTheSystemRefusesAreSaid();
     void stopAndResume();
     void signalWhileWaitingEndsAtOnce();
     void chatLineEndingsAndControlBytes();
@@ -397,6 +399,43 @@ void TestCli::defaultCorpusSaysWhereItCameFrom()
     QVERIFY(!QDir(m_dir.filePath("env-run")).exists());
     const Run help = cli({ "train", "--help" });
     QVERIFY2(help.out.contains("$CHATBENCH_CORPUS"), qPrintable(help.out));
+}
+
+// Found by an outside pass: with threads the system will not start (OMP_STACKSIZE=64G here; a
+// process limit does the same) the first parallel region ended the process with libgomp's
+// "Thread creation failed", and a new run's folder was left holding only its lock file.
+void TestCli::threadsTheSystemRefusesAreSaid()
+{
+    if (QThread::idealThreadCount() < 2)
+        QSKIP("one core: the default is one thread, and none is started");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, size_t(64) << 30);
+    pthread_t t;
+    const int refused = pthread_create(
+        &t, &attr, [](void*) -> void* { return nullptr; }, nullptr);
+    pthread_attr_destroy(&attr);
+    if (refused == 0) {
+        pthread_join(t, nullptr);
+        QSKIP("this system starts threads with 64 GB stacks");
+    }
+    const QString run = m_dir.filePath("no-threads");
+    const QString expected = "the system would not start 1 worker thread(s) for 2 CPU threads";
+    const Run train = shell("OMP_STACKSIZE=64G exec \"$0\" train --preset quick --epochs 1 --threads 2 --corpus \"$1\" "
+                            "--run \"$2\"",
+        { m_corpus, run });
+    QCOMPARE(train.code, 1);
+    QVERIFY2(train.err.contains(expected) && train.err.contains("OMP_STACKSIZE=64G asks that much stack for each")
+            && train.err.contains("run with OMP_NUM_THREADS=1") && !train.err.contains("libgomp"),
+        qPrintable(train.err));
+    QVERIFY(!QDir(run).exists()); // the start took back its folder
+    const Run chat = shell("OMP_STACKSIZE=64G OMP_NUM_THREADS=2 exec \"$0\" chat --run \"$1\" --once hi", { m_run });
+    QVERIFY2(chat.code == 1 && chat.err.contains(expected) && !chat.err.contains("libgomp"), qPrintable(chat.err));
+    // One thread starts none: the same settings train.
+    const Run one = shell("OMP_STACKSIZE=64G exec \"$0\" train --preset quick --epochs 1 --threads 1 --corpus \"$1\" "
+                          "--run \"$2\" --quiet",
+        { m_corpus, run });
+    QVERIFY2(one.code == 0, qPrintable(one.err));
 }
 
 void TestCli::badArguments()

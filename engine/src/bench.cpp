@@ -392,8 +392,8 @@ struct Bench {
         curve.device = device;
         curve.precision = precision;
         curve.threads = threads > 0 ? threads : torch::get_num_threads();
-        const fs::path dir
-            = fs::path(temporaryFolder(kRaceFolder)) / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
+        const fs::path dir = fs::path(temporaryFolder(kRaceFolder))
+            / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
         TrainCallbacks tcb;
         tcb.cancel = cb.cancel;
         tcb.onEpoch = [&](const EpochMetrics& m) {
@@ -447,9 +447,14 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
             throw Error("batch sizes must be 1..65536");
     // As training's (config.json's threads): 5000 made as many threads on two cores, and a
     // refused thread creation blocked inside LibTorch's pool for good.
-    for (int t : cfg.threads)
+    // The default as well: the work before the first thread setting runs with it.
+    int most = torch::get_num_threads();
+    for (int t : cfg.threads) {
         if (t < 0 || t > 1024)
             throw Error("CPU threads must be 0..1024 (0: the default), not " + std::to_string(t));
+        most = std::max(most, t);
+    }
+    requireThreadsStart(most); // before the first parallel region, which would end the process
     BenchReport report;
     report.created = isoNow();
     report.machine = machineInfo();

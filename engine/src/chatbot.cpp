@@ -92,6 +92,7 @@ uint64_t Chatbot::corpusFingerprint() const
 
 Chatbot Chatbot::load(const std::string& runDir, const std::string& device, Weights weights)
 {
+    requireThreadsStart(torch::get_num_threads()); // said in words, not by libgomp's exit
     auto impl = std::make_shared<Impl>();
     impl->cfg = loadRunConfig(runDir);
     std::error_code ec; // config.json alone: a training or import stopped before its first checkpoint

@@ -11,14 +11,20 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <pthread.h>
 #include <sstream>
 #include <unistd.h>
+#include <vector>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -322,6 +328,79 @@ void setThreads(int threads)
 {
     if (threads > 0)
         torch::set_num_threads(threads);
+    requireThreadsStart(torch::get_num_threads());
+}
+
+namespace {
+
+// OMP_STACKSIZE as libgomp reads it: a size with an optional B, K, M or G (K when there is none);
+// 0 when unset or not a size (libgomp then says so and keeps the default, as pthreads' here).
+size_t ompStackBytes()
+{
+    const char* text = std::getenv("OMP_STACKSIZE");
+    if (!text)
+        return 0;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(text, &end, 10);
+    if (end == text || errno == ERANGE)
+        return 0;
+    while (*end == ' ' || *end == '\t')
+        ++end;
+    int shift = 10;
+    switch (std::tolower(static_cast<unsigned char>(*end))) {
+    case '\0': break;
+    case 'b': shift = 0; break;
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    default: return 0; // libgomp takes no other suffix (T included)
+    }
+    if (*end != '\0')
+        ++end;
+    while (*end == ' ' || *end == '\t')
+        ++end;
+    if (*end != '\0' || n > (std::numeric_limits<size_t>::max() >> shift))
+        return 0;
+    return static_cast<size_t>(n) << shift;
+}
+
+} // namespace
+
+void requireThreadsStart(int threads)
+{
+    static std::mutex m;
+    static int checked = 1; // thread counts up to this one have started
+    const std::lock_guard lock(m);
+    if (threads <= checked)
+        return;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    const size_t stack = ompStackBytes();
+    if (stack > 0)
+        pthread_attr_setstacksize(&attr, std::max<size_t>(stack, PTHREAD_STACK_MIN));
+    std::vector<pthread_t> started;
+    int err = 0;
+    for (int i = 1; i < threads && err == 0; ++i) {
+        pthread_t t;
+        err = pthread_create(
+            &t, &attr, [](void*) -> void* { return nullptr; }, nullptr);
+        if (err == 0)
+            started.push_back(t);
+    }
+    pthread_attr_destroy(&attr);
+    for (pthread_t t : started)
+        pthread_join(t, nullptr);
+    if (err != 0) {
+        const char* asked = std::getenv("OMP_STACKSIZE");
+        throw Error("the system would not start " + std::to_string(threads - 1) + " worker thread(s) for "
+            + std::to_string(threads) + " CPU threads (" + std::strerror(err) + ", " + std::to_string(started.size())
+            + " started"
+            + (stack > 0 ? "; OMP_STACKSIZE=" + printable(asked) + " asks that much stack for each" : std::string())
+            + "): run with OMP_NUM_THREADS=1" + (stack > 0 ? ", or a smaller OMP_STACKSIZE" : "")
+            + ", or raise the limit on processes (ulimit -u)");
+    }
+    checked = threads;
 }
 
 } // namespace chatbench

@@ -1,15 +1,17 @@
 #include "chatbench/doctor.h"
 
+#include "chatbench/devices.h"
+
+#include "atomicfile.h"
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
-#include "atomicfile.h"
 #include "tracejson.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -118,6 +120,7 @@ DoctorParity compareParity(const Reply& a, const Reply& b, bool tf32)
 
 DoctorReport runDoctor()
 {
+    requireThreadsStart(torch::get_num_threads()); // before the bf16 timing's parallel regions
     DoctorReport d;
     d.environment = environmentInfo();
     d.devices = listDevices(/*timeBf16=*/true);

@@ -59,8 +59,14 @@ struct EnvironmentInfo {
 };
 EnvironmentInfo environmentInfo();
 
-// Sets the CPU intra-op thread count (0 leaves the default).
+// Sets the CPU intra-op thread count (0 leaves the default), then requireThreadsStart for it.
 void setThreads(int threads);
+
+// Throws an Error unless the system lets `threads` - 1 worker threads start with the stack
+// OMP_STACKSIZE asks for. OpenMP starts its team at the first parallel region, and when the system
+// refuses (a process limit, `ulimit -u`; a huge OMP_STACKSIZE) libgomp ends the process with its
+// own one line; this says it first, in words, with what to change.
+void requireThreadsStart(int threads);
 
 // Process-wide settings that must be in place before CUDA starts; the first line of every main().
 // Sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it: cuBLAS reads it once, when CUDA
