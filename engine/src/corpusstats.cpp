@@ -26,10 +26,7 @@ CorpusStats corpusStats(const Corpus& corpus, const TokenizerOptions& tokenizer)
     const Tokenizer tok = Tokenizer::build(split.train, tokenizer);
     s.vocabulary = tok.size();
     // A corpus too small to hold pairs out has no validation words to measure (it said 0.0%).
-    int64_t validationWords = 0;
-    for (const Pair& p : split.validation)
-        validationWords += static_cast<int64_t>(tok.split(p.prompt).size() + tok.split(p.response).size());
-    s.validationOovRate = validationWords == 0 ? NAN : oovRate(tok, split.validation);
+    s.validationOovRate = split.validation.empty() ? NAN : oovRate(tok, split.validation);
     auto bump = [](std::vector<int64_t>& h, size_t n) {
         if (h.size() <= n)
             h.resize(n + 1);

@@ -354,9 +354,11 @@ RunState loadStateFile(const std::string& path)
             m.perplexity = numberOr(h, "perplexity", NAN);
             // JSON has no infinity: a perplexity past the doubles (a finite loss above ~709) is
             // written as null; it is the losses' exp again, not NaN (metrics.csv is rewritten from it).
-            if (const double again = std::exp(std::isfinite(m.validationLoss) ? m.validationLoss : m.trainLoss);
-                std::isnan(m.perplexity) && std::isinf(again))
-                m.perplexity = again;
+            if (std::isnan(m.perplexity)) {
+                const double again = std::exp(std::isfinite(m.validationLoss) ? m.validationLoss : m.trainLoss);
+                if (std::isinf(again))
+                    m.perplexity = again;
+            }
             m.seconds = field<double>(h, "seconds");
             m.tokensPerSecond = field<double>(h, "tokens_per_second");
             m.elapsedSeconds = field<double>(h, "elapsed_seconds");
