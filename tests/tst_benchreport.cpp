@@ -470,6 +470,7 @@ void TestBenchReport::reportFilesAreReadSafely()
         return std::string("read");
     };
     QVERIFY(refused(pipe.toStdString()).find("not a regular file") != std::string::npos);
+    QVERIFY(refused(pipe.toStdString()).find("folders") == std::string::npos); // a folder is refused too
     QVERIFY(refused(dir.path().toStdString()).find("is a folder") != std::string::npos);
     // A file far larger than any report is refused by its size, unread (a sparse 3 GiB file).
     const QString huge = dir.filePath("huge.json");

@@ -325,9 +325,8 @@ void TestKeras::badFilesGiveErrors()
         const size_t name = flipped.find("model.weights.h5");
         QVERIFY(name != std::string::npos && name >= 30 && flipped.compare(name - 30, 4, "PK\x03\x04") == 0);
         const size_t header = name - 30;
-        const auto u16 = [&](size_t at) {
-            return size_t(uint8_t(flipped[at])) | size_t(uint8_t(flipped[at + 1])) << 8;
-        };
+        const auto u16
+            = [&](size_t at) { return size_t(uint8_t(flipped[at])) | size_t(uint8_t(flipped[at + 1])) << 8; };
         QCOMPARE(u16(header + 8), size_t(0)); // stored, as Keras writes it
         const size_t data = header + 30 + u16(header + 26) + u16(header + 28);
         flipped[data + 2000] ^= 1;
@@ -358,8 +357,9 @@ void TestKeras::badFilesGiveErrors()
         qputenv("TMPDIR", readOnly.path().toLocal8Bit());
         {
             testutil::DacBypassOff asUser; // the reader's child inherits it
-            expectError(kFixtures + "recipe.keras", "cannot write a temporary copy of its weights to "
-                    + readOnly.path().toStdString() + "/chatbench-keras-");
+            expectError(kFixtures + "recipe.keras",
+                "cannot write a temporary copy of its weights to " + readOnly.path().toStdString()
+                    + "/chatbench-keras-");
             expectError(kFixtures + "recipe.keras", "(Permission denied): set TMPDIR to a writable folder");
             // and a model file that cannot be read says why
             const std::string locked = m_dir.filePath("locked.keras").toStdString();
@@ -368,7 +368,8 @@ void TestKeras::badFilesGiveErrors()
             expectError(locked, "cannot open the model file (Permission denied)");
         }
         QVERIFY(QDir(readOnly.path()).isEmpty());
-        QVERIFY(QFile::setPermissions(readOnly.path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner));
+        QVERIFY(QFile::setPermissions(
+            readOnly.path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner));
     }
     qunsetenv("TMPDIR");
     // A .keras saved by Keras 2 (tf_keras 2.21's model.save): its weights are keyed by layer class.
@@ -562,6 +563,9 @@ void TestKeras::unsupportedModelsAreNamed()
     json gru = config;
     layerNamed(gru, "encoder_lstm")["class_name"] = "GRU";
     expectError(gru, "gru", { "'encoder_lstm' (GRU)", "not an LSTM" });
+    json gruDecoder = config;
+    layerNamed(gruDecoder, "decoder_lstm")["class_name"] = "GRU";
+    expectError(gruDecoder, "gru-decoder", { "'decoder_lstm' (GRU)", "GRU layers are not supported (LSTM only)" });
     json relu = config;
     layerNamed(relu, "decoder_lstm")["config"]["activation"] = "relu";
     expectError(relu, "relu", { "'decoder_lstm'", "relu" });
@@ -609,6 +613,12 @@ void TestKeras::unsupportedModelsAreNamed()
     expectError(readJson(made + "stacked_top.config.json"), "stacked-top",
         { "'dec1' and 'dec2' both start from encoder LSTM 'enc2'" });
     expectError(readJson(made + "nested.config.json"), "nested", { "'functional_4' (Functional)" });
+    // Keras 3.15: model.quantize("int8") on the recipe (its Embeddings and Dense hold int8 kernels
+    // and scales), and two encoder LSTMs under one decoder LSTM started from the top one.
+    expectError(
+        readJson(made + "int8.config.json"), "int8", { "'out' (Dense) is quantized (int8", "before quantize()" });
+    expectError(readJson(made + "enc2dec1.config.json"), "enc2dec1",
+        { "the encoder has 2 stacked LSTM layers ('enc0' … 'enc1') and the decoder 1 ('dec0')" });
 }
 
 // readKerasConfig (the config walk without HDF5, which the keras_config fuzz harness drives) gives
@@ -737,8 +747,7 @@ void TestKeras::badTokenizers()
              { [](json& r) { r["5"] = "elsewhere"; },
                  "config.index_word and config.word_index disagree: index_word gives id 5 to 'elsewhere', "
                  "word_index to 'the'" },
-             { [](json& r) { r["9999"] = "x"; },
-                 "index_word gives id 9999 to 'x', word_index to no word" },
+             { [](json& r) { r["9999"] = "x"; }, "index_word gives id 9999 to 'x', word_index to no word" },
              { [](json& r) { r.erase("5"); }, "disagree: " },
              { [](json& r) { r["five"] = "the"; }, "config.index_word has the key 'five'" },
              { [](json& r) { r["0"] = "the"; }, "config.index_word has the key '0'" },

@@ -30,7 +30,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -213,6 +215,7 @@ private Q_SLOTS:
     void fastDecoderMatchesTheModules();
     void repliesCapTheirThreads();
     void logSumExpMatchesDouble();
+    void cellElementsMatchDoubleAtEveryWidth();
     void panelProductsMatchDouble();
     void handoffIsAtTrueLastToken();
     void attentionIgnoresPadding();
@@ -406,6 +409,73 @@ void TestModel::logSumExpMatchesDouble()
         const double expected = torch::logsumexp(z.to(torch::kFloat64), 0).item<double>();
         const double got = kernels::logSumExp(z.data_ptr<float>(), V);
         QVERIFY2(std::abs(got - expected) <= 1e-6 * std::max(1.0, std::abs(expected)), qPrintable(QString::number(V)));
+    }
+}
+
+void TestModel::cellElementsMatchDoubleAtEveryWidth()
+{
+    // The cell's element loops (sigmoid of i, f, o; tanh of g and of c; c and h) against the
+    // same formulas in double, at the edges of their exp (±0, the −87 clamp, ±∞, NaN) and at
+    // random values, for widths that leave every remainder of the 16- and 8-float lanes; and each
+    // value as the scalar tail computes it (H = 1) bit for bit, whichever lane it lands in.
+    const std::vector<float> edges = { 0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 43.4f, -43.4f, 43.5f, -43.5f, 43.6f,
+        -43.6f, 86.99f, -86.99f, 87.0f, -87.0f, 87.01f, -87.01f, 88.0f, -88.0f, 1e30f, -1e30f, HUGE_VALF, -HUGE_VALF,
+        std::nanf(""), -std::nanf("") };
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-12.0f, 12.0f);
+    auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+    for (int64_t H : { 1, 7, 8, 9, 15, 16, 17, 24, 33, 200 }) {
+        const int64_t B = 3;
+        std::vector<float> acts(static_cast<size_t>(B * 4 * H)), cPrev(static_cast<size_t>(B * H));
+        size_t e = static_cast<size_t>(H); // a different edge in each lane position per width
+        for (float& a : acts)
+            a = rng() % 3 == 0 ? edges[e++ % edges.size()] : uniform(rng);
+        // A state that is already infinite or NaN is left out (0 · ∞ is the state's, not the cell's).
+        for (float& c : cPrev) {
+            c = rng() % 5 == 0 ? std::clamp(edges[e++ % edges.size()], -1e30f, 1e30f) : uniform(rng);
+            c = std::isnan(c) ? 0.0f : c;
+        }
+        std::vector<float> out = acts, c(cPrev.size()), tanhC(cPrev.size()), h(cPrev.size());
+        kernels::lstmForwardStep(B, H, out.data(), cPrev.data(), c.data(), tanhC.data(), h.data());
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t k = 0; k < H; ++k) {
+                const auto at = [&](int gate) { return static_cast<size_t>(b * 4 * H + gate * H + k); };
+                const auto row = static_cast<size_t>(b * H + k);
+                const QString where = QStringLiteral("H=%1 b=%2 k=%3").arg(H).arg(b).arg(k);
+                // The same element alone: the scalar tail of a width-1 call.
+                float one[4] = { acts[at(0)], acts[at(1)], acts[at(2)], acts[at(3)] };
+                float c1 = 0, t1 = 0, h1 = 0;
+                kernels::lstmForwardStep(1, 1, one, &cPrev[row], &c1, &t1, &h1);
+                const float lanes[7] = { out[at(0)], out[at(1)], out[at(2)], out[at(3)], c[row], tanhC[row], h[row] };
+                const float alone[7] = { one[0], one[1], one[2], one[3], c1, t1, h1 };
+                for (int v = 0; v < 7; ++v)
+                    QVERIFY2(std::memcmp(&lanes[v], &alone[v], sizeof(float)) == 0
+                            || (std::isnan(lanes[v]) && std::isnan(alone[v])),
+                        qPrintable(where
+                            + QStringLiteral(" value %1: %2 in lanes, %3 alone")
+                                  .arg(v)
+                                  .arg(static_cast<double>(lanes[v]), 0, 'g', 9)
+                                  .arg(static_cast<double>(alone[v]), 0, 'g', 9)));
+                // Against double.
+                const double i = sigmoid(acts[at(0)]), f = sigmoid(acts[at(1)]), g = std::tanh(double { acts[at(2)] }),
+                             o = sigmoid(acts[at(3)]);
+                const double cell = f * cPrev[row] + i * g, t = std::tanh(cell);
+                const double expected[7] = { i, f, g, o, cell, t, o * t };
+                for (int v = 0; v < 7; ++v) {
+                    if (std::isnan(expected[v])) {
+                        QVERIFY2(std::isnan(lanes[v]), qPrintable(where + QStringLiteral(" value %1 not NaN").arg(v)));
+                        continue;
+                    }
+                    const double tol = 1e-6 * std::max(1.0, std::abs(expected[v]));
+                    QVERIFY2(std::abs(static_cast<double>(lanes[v]) - expected[v]) <= tol
+                            || (std::isinf(expected[v]) && lanes[v] == static_cast<float>(expected[v])),
+                        qPrintable(where
+                            + QStringLiteral(" value %1: %2 against %3")
+                                  .arg(v)
+                                  .arg(static_cast<double>(lanes[v]), 0, 'g', 9)
+                                  .arg(expected[v], 0, 'g', 9)));
+                }
+            }
     }
 }
 

@@ -17,12 +17,12 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <set>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -567,10 +567,28 @@ int64_t positive(const std::string& file, const Layer& l, const char* key)
     return v;
 }
 
+// A layer that model.quantize() rewrote (Keras 3: int8, int4 or float8 weights with their scales)
+// holds other arrays than the float ones the recipe has.
+void checkNotQuantized(const std::string& file, const Layer& l, const json& config)
+{
+    const json dtype = config.value("dtype", json());
+    if (!dtype.is_object() || !dtype.value("class_name", json("")).is_string())
+        return;
+    const std::string policy = dtype.value("class_name", "");
+    if (policy.rfind("Quantized", 0) != 0)
+        return;
+    const json inner = dtype.value("config", json());
+    const json mode = inner.is_object() ? inner.value("mode", json()) : json();
+    unsupported(file, l,
+        "is quantized (" + (mode.is_string() ? mode.get<std::string>() : policy)
+            + ", by model.quantize()); chatbench imports float weights: import the model as saved before quantize()");
+}
+
 void checkLstm(const std::string& file, const Layer& l)
 {
     if (l.type != "LSTM")
         unsupported(file, l, "is not an LSTM");
+    checkNotQuantized(file, l, l.config);
     auto str = [&](const char* key, const char* fallback) {
         const json v = l.config.value(key, json(fallback));
         return v.is_string() ? v.get<std::string>() : std::string("?");
@@ -590,6 +608,7 @@ void checkEmbedding(const std::string& file, const Layer& l)
 {
     if (l.type != "Embedding")
         unsupported(file, l, "is where an Embedding was expected");
+    checkNotQuantized(file, l, l.config);
 }
 
 // Where the weights are: the HDF5 file and where each layer's arrays are in it.
@@ -663,6 +682,7 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
         : "?";
     if (act != "softmax")
         unsupported(file, out, "has activation '" + act + "'; the recipe's output is softmax");
+    checkNotQuantized(file, out, dense.config);
 
     // Down the decoder: LSTMs, each started from an encoder LSTM's (h, c).
     std::vector<const Layer*> dec, enc;
@@ -705,8 +725,10 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
     }
     if (dec.empty()) {
         const Layer* attention = g.find("Attention");
+        const bool otherRnn = cur->type == "GRU" || cur->type == "SimpleRNN";
         unsupported(file, *cur,
             "feeds the output; the recipe's Dense reads a decoder LSTM"
+                + (otherRnn ? "; " + cur->type + " layers are not supported (LSTM only)" : std::string())
                 + (attention ? "; the model has an attention layer '" + attention->name + "' (" + attention->type
                             + "), which is not supported"
                              : std::string()));
@@ -723,6 +745,19 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
         const Layer& below = g.mainInput(*enc[i], notes);
         requireSequence(file, *enc[i], below, g.mainTensor(*enc[i]));
         if (i == 0) {
+            if (below.type == "LSTM") { // more encoder LSTMs than decoder ones: say so, not "an Embedding"
+                std::vector<std::string> names = { enc.front()->name };
+                for (const Layer* l = &below; l->type == "LSTM" && names.size() <= 16; l = &g.mainInput(*l, notes))
+                    names.insert(names.begin(), l->name);
+                std::string decNames;
+                for (const Layer* l : dec)
+                    decNames += (decNames.empty() ? "'" : ", '") + l->name + "'";
+                throw Error(file, 0,
+                    "the encoder has " + std::to_string(names.size()) + " stacked LSTM layers ('" + names.front()
+                        + "' … '" + names.back() + "') and the decoder " + std::to_string(dec.size()) + " (" + decNames
+                        + "); chatbench needs as many decoder layers as encoder layers, decoder layer k "
+                        + "started from encoder layer k");
+            }
             checkEmbedding(file, below);
             const Layer& encInput = g.mainInput(below, notes);
             if (encInput.type != "InputLayer")
@@ -1149,7 +1184,8 @@ KerasTokenizer readTokenizerJson(const std::string& path)
                 && std::all_of(k.begin(), k.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
             const int64_t id = digits ? std::stoll(k) : -1;
             if (id < 1 || id > kMaxDim)
-                throw Error(path, 0, "config.index_word has the key '" + printable(k).substr(0, 40)
+                throw Error(path, 0,
+                    "config.index_word has the key '" + printable(k).substr(0, 40)
                         + "'; its keys are ids between 1 and 2^24");
             if (!w.is_string())
                 throw Error(path, 0, "config.index_word['" + k + "'] is not a word (a string)");

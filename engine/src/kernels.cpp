@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 // Built for baseline x86-64 these loops are 4-wide SSE2; each also gets an AVX2 + FMA and an
 // AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc). Not
@@ -68,14 +69,83 @@ template <typename Body> CHATBENCH_INLINE void inLanes(int64_t n, Body&& body)
         body.template operator()<float>(k);
 }
 
+// No float comparison of two F16: GCC 12 builds one (and the select on it) as sixteen scalar
+// comparisons with spills in the AVX2 clone, where sixteen floats are two registers; the element
+// loops ran 2–5× slower there for it (the cell's loops 267 → 123 µs at B = 50, H = 200; the
+// softmax of 64 rows of 2287 logits 1083 → 337 µs). The helpers below make the lanes' choices with
+// masks and shifts of the bits, or on the two F8 halves, which every clone but the baseline one
+// builds as vector instructions; each gives, lane by lane, what the comparison it stands for gives,
+// NaN included.
+template <typename T> struct SignedBitsOf; // the signed integers of T's shape
+template <> struct SignedBitsOf<float> {
+    using type = int32_t;
+};
+template <> struct SignedBitsOf<F8> {
+    using type = int32_t __attribute__((vector_size(32)));
+};
+template <> struct SignedBitsOf<F16> {
+    using type = int32_t __attribute__((vector_size(64)));
+};
+
+template <typename To, typename From> CHATBENCH_INLINE To bitsAs(From from)
+{
+    static_assert(sizeof(To) == sizeof(From));
+    To to;
+    std::memcpy(&to, &from, sizeof to);
+    return to;
+}
+
+// mask ? a : b, lane by lane, for a mask of all ones or all zeros in each lane.
+template <typename T, typename S> CHATBENCH_INLINE T pick(S mask, T a, T b)
+{
+    const S a1 = bitsAs<S>(a), b1 = bitsAs<S>(b);
+    return bitsAs<T>(static_cast<S>((mask & a1) | (~mask & b1)));
+}
+
+// x > 0 ? −x : x, i.e. −|x| (a NaN stays a NaN).
+template <typename T> CHATBENCH_INLINE T negativeAbs(T x)
+{
+    using S = typename SignedBitsOf<T>::type;
+    return bitsAs<T>(static_cast<S>(bitsAs<S>(x) | static_cast<int32_t>(0x80000000u)));
+}
+
+// x >= 0 ? a : b, where a and b are equal at x = −0 (the sign bit decides; a NaN's result is a
+// NaN from either side in this file's uses).
+template <typename T> CHATBENCH_INLINE T pickNonNegative(T x, T a, T b)
+{
+    using S = typename SignedBitsOf<T>::type;
+    if constexpr (std::is_same_v<T, float>)
+        return x >= 0.0f ? a : b;
+    else
+        return pick<T, S>(bitsAs<S>(x) >> 31, b, a); // all ones where the sign bit is set
+}
+
+// x < −87 ? −87 : x. An F16 is taken as its two F8 halves: a float comparison of F8 is one
+// instruction in the AVX2 and AVX-512 clones, and the integer forms of this one were folded back
+// into comparisons ("<") that the AVX2 clone builds as scalars again.
+template <typename T> CHATBENCH_INLINE T clampBelowMinus87(T x)
+{
+    if constexpr (std::is_same_v<T, F16>) {
+        struct Halves {
+            F8 lo, hi;
+        };
+        Halves h = bitsAs<Halves>(x);
+        h.lo = clampBelowMinus87<F8>(h.lo);
+        h.hi = clampBelowMinus87<F8>(h.hi);
+        return bitsAs<F16>(h);
+    } else {
+        const T lowest = T {} + -87.0f; // a float, or one in every lane
+        return x < -87.0f ? lowest : x;
+    }
+}
+
 // e^x for x ≤ 0 (softmax arguments; below −87 it is 0 as far as a float sum can tell), lane by
 // lane: x = k·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor series to r⁷/7! (truncation error
 // < 2e-9 relative), 2^k put into the exponent bits. Within 1 ulp of the correctly rounded e^x at
 // every float in [−87, 0] (checked against double-precision exp).
 template <typename T> CHATBENCH_INLINE T expNonPositive(T x)
 {
-    const T lowest = T {} + -87.0f; // a float, or one in every lane
-    x = x < -87.0f ? lowest : x;
+    x = clampBelowMinus87<T>(x);
     constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
     constexpr float kRound = 12582912.0f; // 1.5·2^23: adding and subtracting it rounds to an integer
     const T shifted = x * kLog2e + kRound;
@@ -103,9 +173,9 @@ template <typename T> CHATBENCH_INLINE T expNonPositive(T x)
 // 1 / (1 + e^−x), from e^−|x| on either side.
 template <typename T> CHATBENCH_INLINE T sigmoidOf(T x)
 {
-    const T e = expNonPositive<T>(x > 0.0f ? -x : x);
+    const T e = expNonPositive<T>(negativeAbs<T>(x));
     const T r = 1.0f / (1.0f + e);
-    return x >= 0.0f ? r : e * r;
+    return pickNonNegative<T>(x, r, e * r);
 }
 
 // sigmoid over [0, n) in place.
@@ -310,40 +380,51 @@ namespace {
 // written, so only explicit partials vectorise).
 constexpr int64_t kLanes = 16;
 
+// The 16 partial maxima are two F8 (lanes 0–7 and 8–15 of one F16, taken in that order at the
+// end): a comparison of two F16 is scalar in the AVX2 clone (above), one of two F8 is one
+// instruction in every clone but the baseline one.
+CHATBENCH_INLINE float laneMax(F8 lo, F8 hi, float m)
+{
+    for (int64_t j = 0; j < 8; ++j)
+        m = lo[j] > m ? lo[j] : m;
+    for (int64_t j = 0; j < 8; ++j)
+        m = hi[j] > m ? hi[j] : m;
+    return m;
+}
+
 // rowMax after z += bias, in the same pass (the bias' copy into the logits was a pass of its own).
 CHATBENCH_INLINE float rowAddMax(float* zr, const float* bias, int64_t V)
 {
-    F16 part = F16 {} + (zr[0] + bias[0]);
+    F8 lo = F8 {} + (zr[0] + bias[0]), hi = lo;
     int64_t v = 0;
     for (; v + kLanes <= V; v += kLanes) {
-        const F16 a = load<F16>(zr + v) + load<F16>(bias + v);
-        store<F16>(zr + v, a);
-        part = a > part ? a : part;
+        const F8 a = load<F8>(zr + v) + load<F8>(bias + v), b = load<F8>(zr + v + 8) + load<F8>(bias + v + 8);
+        store<F8>(zr + v, a);
+        store<F8>(zr + v + 8, b);
+        lo = a > lo ? a : lo;
+        hi = b > hi ? b : hi;
     }
     float m = zr[0] + bias[0];
     for (; v < V; ++v) {
         zr[v] += bias[v];
         m = zr[v] > m ? zr[v] : m;
     }
-    for (int64_t j = 0; j < kLanes; ++j)
-        m = part[j] > m ? part[j] : m;
-    return m;
+    return laneMax(lo, hi, m);
 }
 
 CHATBENCH_INLINE float rowMax(const float* zr, int64_t V)
 {
-    F16 part = F16 {} + zr[0];
+    F8 lo = F8 {} + zr[0], hi = lo;
     int64_t v = 0;
     for (; v + kLanes <= V; v += kLanes) {
-        const F16 a = load<F16>(zr + v);
-        part = a > part ? a : part;
+        const F8 a = load<F8>(zr + v), b = load<F8>(zr + v + 8);
+        lo = a > lo ? a : lo;
+        hi = b > hi ? b : hi;
     }
     float m = zr[0];
     for (; v < V; ++v)
         m = zr[v] > m ? zr[v] : m;
-    for (int64_t j = 0; j < kLanes; ++j)
-        m = part[j] > m ? part[j] : m;
-    return m;
+    return laneMax(lo, hi, m);
 }
 
 // Σ e^(z − m) over a row: in the 16 partials, then the tail, then the partials added in lane

@@ -34,7 +34,7 @@ std::string readFile(const std::string& path, int64_t maxBytes, const char* rais
     if (!ec && std::filesystem::is_directory(st))
         throw Error(path, 0, "is a folder, not a file");
     if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-        throw Error(path, 0, "not a regular file (a pipe, device or socket); only files and folders are read");
+        throw Error(path, 0, "not a regular file (a pipe, device or socket); only regular files are read here");
     auto tooBig = [&](uint64_t size) {
         return Error(path, 0,
             "the file is " + std::to_string(size >> 20) + " MiB, more than the limit of "
