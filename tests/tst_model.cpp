@@ -216,6 +216,7 @@ private Q_SLOTS:
     void repliesCapTheirThreads();
     void logSumExpMatchesDouble();
     void cellElementsMatchDoubleAtEveryWidth();
+    void maxAbsDiffIsTheTensorExpression();
     void panelProductsMatchDouble();
     void handoffIsAtTrueLastToken();
     void attentionIgnoresPadding();
@@ -477,6 +478,32 @@ void TestModel::cellElementsMatchDoubleAtEveryWidth()
                 }
             }
     }
+}
+
+void TestModel::maxAbsDiffIsTheTensorExpression()
+{
+    // The checks' comparison (one pass in double for two fp32 CPU tensors of one shape) against
+    // the tensor expression it stands for; a NaN on either side is the answer; other shapes,
+    // layouts and types take the expression itself.
+    torch::manual_seed(13);
+    auto expression = [](const torch::Tensor& a, const torch::Tensor& b) {
+        return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+    };
+    const auto a = torch::randn({ 20, 2287 }) * 50, b = a + torch::randn({ 20, 2287 }) * 1e-6;
+    QCOMPARE(maxAbsDiff(a, b), expression(a, b));
+    QCOMPARE(maxAbsDiff(a, a), 0.0);
+    for (const auto& at : { std::pair<int64_t, int64_t> { 0, 0 }, { 7, 1000 }, { 19, 2286 } }) {
+        auto withNan = b.clone();
+        withNan[at.first][at.second] = std::nanf("");
+        QVERIFY(std::isnan(maxAbsDiff(a, withNan)));
+        QVERIFY(std::isnan(maxAbsDiff(withNan, a)));
+    }
+    const auto t = a.t(), u = b.t().contiguous(); // a transposed view: the expression's path
+    QCOMPARE(maxAbsDiff(t, u), expression(t, u));
+    const auto row = b[3]; // broadcast against every row
+    QCOMPARE(maxAbsDiff(a, row), expression(a, row));
+    QCOMPARE(maxAbsDiff(a.to(torch::kFloat64), b), expression(a, b));
+    QCOMPARE(maxAbsDiff(torch::empty({ 0 }), torch::empty({ 0 })), 0.0);
 }
 
 void TestModel::panelProductsMatchDouble()
