@@ -71,8 +71,8 @@ template <typename Body> CHATBENCH_INLINE void inLanes(int64_t n, Body&& body)
 
 // No float comparison of two F16: GCC 12 builds one (and the select on it) as sixteen scalar
 // comparisons with spills in the AVX2 clone, where sixteen floats are two registers; the element
-// loops ran 2–5× slower there for it (the cell's loops 267 → 123 µs at B = 50, H = 200; the
-// softmax of 64 rows of 2287 logits 1083 → 337 µs). The helpers below make the lanes' choices with
+// loops ran 2–4× slower there for it (the cell's loops 267 → 142 µs at B = 50, H = 200; the
+// softmax of 64 rows of 2287 logits 1083 → 413 µs). The helpers below make the lanes' choices with
 // masks and shifts of the bits, or on the two F8 halves, which every clone but the baseline one
 // builds as vector instructions; each gives, lane by lane, what the comparison it stands for gives,
 // NaN included.
@@ -120,22 +120,21 @@ template <typename T> CHATBENCH_INLINE T pickNonNegative(T x, T a, T b)
         return pick<T, S>(bitsAs<S>(x) >> 31, b, a); // all ones where the sign bit is set
 }
 
-// x < −87 ? −87 : x. An F16 is taken as its two F8 halves: a float comparison of F8 is one
-// instruction in the AVX2 and AVX-512 clones, and the integer forms of this one were folded back
-// into comparisons ("<") that the AVX2 clone builds as scalars again.
+// x < −87 ? −87 : x, without a comparison: x + 87 is negative exactly when x < −87 (near −87 the
+// sum is exact, so its sign is right), and a NaN (whose sum keeps its sign bit) is told by its
+// bits: |x|'s bits + 0x007FFFFF reach the top bit only past +∞'s. GCC folded the integer
+// comparisons this was first written with back into "<", which the AVX2 clone builds as scalars
+// again; and the two F8 halves, which it builds well, went through memory in the AVX-512 clone.
 template <typename T> CHATBENCH_INLINE T clampBelowMinus87(T x)
 {
-    if constexpr (std::is_same_v<T, F16>) {
-        struct Halves {
-            F8 lo, hi;
-        };
-        Halves h = bitsAs<Halves>(x);
-        h.lo = clampBelowMinus87<F8>(h.lo);
-        h.hi = clampBelowMinus87<F8>(h.hi);
-        return bitsAs<F16>(h);
+    if constexpr (std::is_same_v<T, float>) {
+        return x < -87.0f ? -87.0f : x;
     } else {
-        const T lowest = T {} + -87.0f; // a float, or one in every lane
-        return x < -87.0f ? lowest : x;
+        using S = typename SignedBitsOf<T>::type;
+        using U = typename BitsOf<T>::type;
+        const U nan = (bitsAs<U>(x) & 0x7FFFFFFFu) + 0x007FFFFFu; // top bit: x is a NaN
+        const S below = (bitsAs<S>(x + 87.0f) & ~bitsAs<S>(nan)) >> 31; // all ones: clamp
+        return pick<T, S>(below, T {} + -87.0f, x);
     }
 }
 
