@@ -234,6 +234,7 @@ private Q_SLOTS:
     void bf16ProductsSumInFp32_data();
     void bf16ProductsSumInFp32();
     void packedRecurrentProductMatchesMm();
+    void bf16RecurrentProductSumsInFp32();
     void bf16TrainingTracksFp32_data();
     void bf16TrainingTracksFp32();
     void lossScalingSkipsOverflowedSteps();
@@ -965,6 +966,56 @@ void TestModel::packedRecurrentProductMatchesMm()
                 qPrintable(QString("transposed %1, %2 rows: off by %3").arg(transposed).arg(rows).arg(error)));
         }
     }
+}
+
+void TestModel::bf16RecurrentProductSumsInFp32()
+{
+    // c += a · wᵀ (forward pass) and c += a · w (backward pass) on bf16 operands, the weight laid
+    // out once for steps of up to 50 rows, into whole rows and into a slice of wider rows, against
+    // the same sums in double from the bf16-rounded operands. Through oneDNN's micro-kernel (a
+    // CPU with AVX512-BF16 that is not Intel's, even K) the fp32 sums land unrounded: far closer
+    // than a product rounded to bf16 (2^-8 relative) would be. Otherwise it is gemmBf16's contract.
+    torch::manual_seed(23);
+    const auto flags = cpuBf16Flags();
+    const bool microKernel = !cpuIsIntel() && std::find(flags.begin(), flags.end(), "avx512_bf16") != flags.end();
+    QCOMPARE(bf16MicroKernel(), microKernel && bf16GemmPath() == Bf16Gemm::OneDnn);
+    for (const auto& [K, N] : { std::pair<int64_t, int64_t> { 200, 800 }, { 800, 200 }, { 300, 53 }, { 7, 20 } })
+        for (bool transposed : { true, false }) {
+            const auto w = transposed ? torch::randn({ N, K }) : torch::randn({ K, N });
+            const RecurrentProductBf16 product(w, transposed);
+            QCOMPARE(product.packed(), bf16MicroKernel() && K % 2 == 0);
+            const auto opW = (transposed ? w.t() : w).to(torch::kBFloat16).to(torch::kFloat64);
+            for (const int64_t rows : { int64_t(50), int64_t(37), int64_t(1) })
+                for (bool slice : { false, true }) {
+                    const auto a = torch::randn({ rows, K + 4 }).to(torch::kBFloat16).narrow(1, slice ? 3 : 0, K);
+                    auto cFull = torch::randn({ rows, N + 5 });
+                    const auto before = cFull.clone();
+                    auto c = slice ? cFull.narrow(1, 2, N) : cFull.narrow(1, 0, N).contiguous();
+                    const auto prod = at::mm(a.to(torch::kFloat64), opW);
+                    const auto ref = c.to(torch::kFloat64) + prod;
+                    product.accumulate(c, slice ? a : a.contiguous());
+                    const double error = (c.to(torch::kFloat64) - ref).abs().max().item<double>();
+                    const double scale = prod.abs().max().item<double>();
+                    const double bound = product.packed() || bf16GemmPath() != Bf16Gemm::OneDnn
+                        ? 1e-5 * ref.abs().max().item<double>()
+                        : 1e-5 * ref.abs().max().item<double>() + std::ldexp(scale, -8);
+                    QVERIFY2(error < bound,
+                        qPrintable(QString("K %1, N %2, transposed %3, %4 rows, slice %5: off by %6 of %7")
+                                       .arg(K)
+                                       .arg(N)
+                                       .arg(transposed)
+                                       .arg(rows)
+                                       .arg(slice)
+                                       .arg(error)
+                                       .arg(scale)));
+                    if (product.packed()) // unrounded: closer than bf16 could be
+                        QVERIFY(error < std::ldexp(scale, -12));
+                    if (slice) { // the columns beside the view are untouched
+                        QVERIFY(torch::equal(cFull.narrow(1, 0, 2), before.narrow(1, 0, 2)));
+                        QVERIFY(torch::equal(cFull.narrow(1, 2 + N, 3), before.narrow(1, 2 + N, 3)));
+                    }
+                }
+        }
 }
 
 void TestModel::bf16TrainingTracksFp32_data()

@@ -2,6 +2,8 @@
 
 #include "kernels.h"
 
+#include <ATen/native/CPUBlas.h>
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -159,7 +161,10 @@ std::string bf16GemmDescription()
 {
     switch (bf16GemmPath()) {
     case Bf16Gemm::Mkl: return "products through MKL, summed in fp32";
-    case Bf16Gemm::OneDnn: return "products through oneDNN, summed in fp32 and rounded to bf16";
+    case Bf16Gemm::OneDnn:
+        return bf16MicroKernel() ? "products through oneDNN, summed in fp32 and rounded to bf16 (the recurrent ones "
+                                   "through its micro-kernel, summed in fp32 unrounded)"
+                                 : "products through oneDNN, summed in fp32 and rounded to bf16";
     case Bf16Gemm::Fp32: return "products in fp32 from the bf16 operands";
     }
     return {};
@@ -219,6 +224,85 @@ void gemmBf16(const torch::Tensor& a, bool transA, const torch::Tensor& b, bool 
         static_cast<int>(N), static_cast<int>(K), 1.0f, reinterpret_cast<const uint16_t*>(A.t.data_ptr()), A.ld,
         reinterpret_cast<const uint16_t*>(B.t.data_ptr()), B.ld, beta, c.data_ptr<float>(),
         static_cast<int>(M == 1 ? std::max<int64_t>(c.stride(0), N) : c.stride(0)));
+}
+
+namespace {
+
+// c (m, N) += a (m, K) · B with B in pairs along K ((K/2, N, 2) bf16), fp32 sums.
+void microKernel(const torch::Tensor& a, const torch::Tensor& pairs, int64_t n, torch::Tensor& c)
+{
+    const int64_t m = a.size(0), k = a.size(1);
+    at::native::cpublas::brgemm(m, n, k, m == 1 ? k : a.stride(0), n, m == 1 ? n : c.stride(0), /*add_C=*/true,
+        reinterpret_cast<const at::BFloat16*>(a.data_ptr()), reinterpret_cast<const at::BFloat16*>(pairs.data_ptr()),
+        c.data_ptr<float>(), /*is_vnni=*/true);
+}
+
+// op(w) (K, N) as bf16 in pairs along K: (K/2, N, 2), element [k / 2][n][k % 2].
+torch::Tensor inPairs(const torch::Tensor& w, bool transposed)
+{
+    const auto wb = w.to(torch::kBFloat16).contiguous();
+    if (transposed) { // w (N, K): the pair (k, k + 1) of row n is already adjacent; move the pairs
+        const int64_t n = wb.size(0), k = wb.size(1);
+        return wb.view(torch::kInt32).t().contiguous().view(torch::kBFloat16).view({ k / 2, n, 2 });
+    }
+    const int64_t k = wb.size(0), n = wb.size(1); // w (K, N): interleave rows 2j and 2j + 1
+    return wb.view({ k / 2, 2, n }).permute({ 0, 2, 1 }).contiguous();
+}
+
+} // namespace
+
+bool bf16MicroKernel()
+{
+    static const bool ok = [] {
+        if (bf16GemmPath() != Bf16Gemm::OneDnn)
+            return false;
+        try {
+            // Small integers: every product and sum is exact in bf16 and fp32 alike.
+            const auto w = (torch::arange(6 * 20, torch::kFloat32).remainder(7) - 3).view({ 20, 6 }); // (N, K)
+            const auto a = (torch::arange(3 * 6, torch::kFloat32).remainder(5) - 2).view({ 3, 6 });
+            auto c = torch::ones({ 3, 20 });
+            microKernel(a.to(torch::kBFloat16), inPairs(w, true), 20, c);
+            const bool right = torch::equal(c, at::mm(a, w.t()) + 1);
+            at::native::cpublas::brgemm_release(true);
+            return right;
+        } catch (const std::exception&) {
+            return false;
+        }
+    }();
+    return ok;
+}
+
+RecurrentProductBf16::RecurrentProductBf16(const torch::Tensor& w, bool transposed)
+    : m_transposed(transposed)
+    , m_k(transposed ? w.size(1) : w.size(0))
+    , m_n(transposed ? w.size(0) : w.size(1))
+{
+    constexpr int64_t kMax = std::numeric_limits<int>::max();
+    if (bf16MicroKernel() && m_k % 2 == 0 && m_k > 0 && m_n > 0 && w.numel() <= kMax)
+        m_pairs = inPairs(w, transposed);
+    else
+        m_w = w.to(torch::kBFloat16);
+}
+
+void RecurrentProductBf16::accumulate(torch::Tensor& c, const torch::Tensor& a) const
+{
+    TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && c.scalar_type() == torch::kFloat32 && a.dim() == 2
+            && c.dim() == 2 && a.size(1) == m_k && c.size(0) == a.size(0) && c.size(1) == m_n,
+        "RecurrentProductBf16: bf16 (rows, K) into fp32 (rows, N)");
+    if (a.size(0) == 0)
+        return;
+    const bool rows
+        = a.stride(1) == 1 && c.stride(1) == 1 && (a.size(0) == 1 || (a.stride(0) >= m_k && c.stride(0) >= m_n));
+    if (m_pairs.defined() && rows) {
+        microKernel(a, m_pairs, m_n, c);
+        return;
+    }
+    if (m_w.defined()) {
+        gemmBf16(a, false, m_w, m_transposed, 1.0f, c);
+        return;
+    }
+    // A layout the micro-kernel does not take: op(w) (K, N) back from its pairs.
+    gemmBf16(a, false, m_pairs.permute({ 0, 2, 1 }).reshape({ m_k, m_n }), false, 1.0f, c);
 }
 
 } // namespace chatbench

@@ -134,7 +134,8 @@ public:
         // The input projection of every real step at once: (N, I) × (I, 4H).
         torch::Tensor gates; // (N, 4H) fp32
         std::optional<RecurrentProduct> recurrent; // fp32: gates += h · wHhᵀ
-        torch::Tensor wHhB, statesB; // bf16: the recurrent weight and the states as operands
+        std::optional<RecurrentProductBf16> recurrentB; // bf16: the same on bf16 operands
+        torch::Tensor statesB; // bf16: the states as operands
         auto states = torch::empty({ B + N, H }, x.options()); // initial states (sorted), then each step's h
         auto cstates = torch::empty({ B + N, H }, x.options()); // the same for c
         states.narrow(0, 0, B).copy_(h0.index_select(0, p.orderT));
@@ -144,7 +145,7 @@ public:
             xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
             if (N > 0)
                 gemmBf16(xp, false, wIh.to(torch::kBFloat16), true, 1.0f, gates);
-            wHhB = wHh.to(torch::kBFloat16);
+            recurrentB.emplace(wHh, /*transposed=*/true);
             statesB = torch::empty({ B + N, H }, xp.options());
             statesB.narrow(0, 0, B).copy_(states.narrow(0, 0, B));
         } else {
@@ -160,7 +161,7 @@ public:
             const int64_t n = p.n[t], at = p.off[t], from = p.prevRow(t);
             auto gt = gates.narrow(0, at, n); // pre-activations, replaced by the activations i, f, g, o
             if (bf16) {
-                gemmBf16(statesB.narrow(0, from, n), false, wHhB, true, 1.0f, gt);
+                recurrentB->accumulate(gt, statesB.narrow(0, from, n));
             } else {
                 recurrent->accumulate(gt, states.narrow(0, from, n));
             }
@@ -205,9 +206,10 @@ public:
         auto dc = grads[2].defined() ? grads[2].index_select(0, orderT).contiguous() : torch::zeros({ B, H }, f32);
         auto dgates = torch::empty({ N, 4 * H }, f32);
         std::optional<RecurrentProduct> recurrent; // fp32: dh += dgates · wHh
-        torch::Tensor wHhB, dgatesB; // bf16: the recurrent weight and each step's dgates as operands
+        std::optional<RecurrentProductBf16> recurrentB; // bf16: the same on bf16 operands
+        torch::Tensor dgatesB; // bf16: each step's dgates as operands
         if (bf16) {
-            wHhB = wHh.to(torch::kBFloat16);
+            recurrentB.emplace(wHh, /*transposed=*/false);
             dgatesB = torch::empty({ N, 4 * H }, f32.dtype(torch::kBFloat16));
         } else {
             recurrent.emplace(wHh, /*transposed=*/false, B);
@@ -229,7 +231,7 @@ public:
             if (bf16) {
                 auto db16 = dgatesB.narrow(0, at, rows);
                 db16.copy_(dgates.narrow(0, at, rows));
-                gemmBf16(db16, false, wHhB, false, 1.0f, dhRows);
+                recurrentB->accumulate(dhRows, db16);
             } else {
                 recurrent->accumulate(dhRows, dgates.narrow(0, at, rows));
             }
