@@ -739,6 +739,19 @@ void TestKeras::badTokenizers()
     other["config"]["num_words"] = nullptr;
     writeBytes(dir + "other-model.json", other.dump());
     expectError(dir + "other-model.json", "reaches id 9999 but the model's ids are 0-");
+    // An id near the 2^24 cap costs what the file holds: the word table is as large as the word
+    // index (it was a table of 16 million empty words, 886 MB, before the same error).
+    json far = t;
+    json farIndex = json::parse(t["config"]["word_index"].get<std::string>());
+    farIndex["elsewhere"] = 16000000;
+    setWordIndex(far, farIndex);
+    far["config"]["num_words"] = nullptr;
+    writeBytes(dir + "far.json", far.dump());
+    const KerasTokenizer farRead = readKerasTokenizer(dir + "far.json");
+    QCOMPARE(farRead.maxId, int64_t(16000000));
+    QCOMPARE(farRead.words.size(), farIndex.size());
+    QCOMPARE(farRead.words.at(16000000), std::string("elsewhere"));
+    expectError(dir + "far.json", "reaches id 16000000 but the model's ids are 0-");
     // index_word (ids to words, what Keras' sequences_to_texts reads) must say what word_index
     // says: a file where they part would chat through other words than Keras does.
     const json reverse = json::parse(t["config"]["index_word"].get<std::string>());

@@ -1157,20 +1157,15 @@ KerasTokenizer readTokenizerJson(const std::string& path)
     const json index = field("word_index");
     if (!index.is_object() || index.empty())
         throw Error(path, 0, "config.word_index is missing or empty");
-    int64_t top = 0;
     for (const auto& [w, i] : index.items()) {
         if (!i.is_number_integer() || i.get<int64_t>() < 1 || i.get<int64_t>() > kMaxDim)
             throw Error(path, 0, "config.word_index['" + w + "'] is not an index between 1 and 2^24");
-        top = std::max(top, i.get<int64_t>());
-    }
-    t.words.assign(static_cast<size_t>(top + 1), std::string());
-    for (const auto& [w, i] : index.items()) {
-        const auto k = static_cast<size_t>(i.get<int64_t>());
+        const int64_t k = i.get<int64_t>();
         if (w.empty())
             throw Error(path, 0, "config.word_index has an empty word");
-        if (!t.words[k].empty())
+        if (!t.words.emplace(k, w).second)
             throw Error(path, 0, "config.word_index gives index " + std::to_string(k) + " to two words");
-        t.words[k] = w;
+        t.maxId = std::max(t.maxId, k);
     }
     // index_word is what Keras' sequences_to_texts reads (ids back to words), word_index what
     // texts_to_sequences reads. to_json() writes both from one dictionary; a file where they part
@@ -1190,13 +1185,13 @@ KerasTokenizer readTokenizerJson(const std::string& path)
             if (!w.is_string())
                 throw Error(path, 0, "config.index_word['" + k + "'] is not a word (a string)");
             const std::string& word = w.get_ref<const std::string&>();
-            if (static_cast<size_t>(id) >= t.words.size() || t.words[static_cast<size_t>(id)] != word)
+            const auto named = t.words.find(id);
+            if (named == t.words.end() || named->second != word)
                 throw Error(path, 0,
                     "config.index_word and config.word_index disagree: index_word gives id " + k + " to '"
                         + printable(word).substr(0, 40) + "', word_index "
-                        + (static_cast<size_t>(id) < t.words.size() && !t.words[static_cast<size_t>(id)].empty()
-                                ? "to '" + printable(t.words[static_cast<size_t>(id)]).substr(0, 40) + "'"
-                                : std::string("to no word")));
+                        + (named != t.words.end() ? "to '" + printable(named->second).substr(0, 40) + "'"
+                                                  : std::string("to no word")));
         }
         if (reverse.size() != index.size())
             throw Error(path, 0,

@@ -12,6 +12,7 @@
 #include "childprocess.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,7 +67,10 @@ void requireModelFile(const std::string& path);
 // What `tokenizer.to_json()` holds that decides how text becomes ids.
 struct KerasTokenizer {
     std::string file;
-    std::vector<std::string> words; // index → word; words[0] is "" (Keras reserves 0 for padding)
+    // index → word, for the ids the word index names (Keras reserves 0 for padding): held sparse,
+    // so a file naming id 16 000 000 costs what the file holds, not 16 million empty words.
+    std::map<int64_t, std::string> words;
+    int64_t maxId = 0; // the largest id the word index names
     std::optional<std::string> oovToken;
     int64_t numWords = 0; // 0 = no limit
 };

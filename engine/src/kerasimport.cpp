@@ -63,9 +63,9 @@ private:
 
 int64_t kerasId(const KerasTokenizer& t, const std::string& word, int64_t limit, const char* what)
 {
-    for (size_t k = 1; k < t.words.size() && static_cast<int64_t>(k) < limit; ++k)
-        if (t.words[k] == word)
-            return static_cast<int64_t>(k);
+    for (const auto& [k, w] : t.words) // in order of id: the lowest id a word has, as before
+        if (k < limit && w == word)
+            return k;
     throw Error(t.file, 0,
         std::string("the tokenizer has no ") + what + " word '" + word
             + "' among the model's ids; give the word the recipe wraps replies in, as the tokenizer keeps it "
@@ -98,9 +98,9 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     r.notes = m.notes;
     // Without num_words every id of the word index reaches the embedding: ids past it are another
     // model's tokenizer (Keras itself fails on them in the embedding lookup).
-    if (kt.numWords <= 0 && static_cast<int64_t>(kt.words.size()) > m.vocabulary)
+    if (kt.numWords <= 0 && kt.maxId >= m.vocabulary)
         throw Error(kt.file, 0,
-            "the word index reaches id " + std::to_string(kt.words.size() - 1) + " but the model's ids are 0-"
+            "the word index reaches id " + std::to_string(kt.maxId) + " but the model's ids are 0-"
                 + std::to_string(m.vocabulary - 1) + " (its embedding's input_dim is " + std::to_string(m.vocabulary)
                 + "): is it this model's tokenizer?");
     // Ids the tokenizer can produce for this model: below the embedding size and num_words.
@@ -132,10 +132,9 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
         ours[static_cast<size_t>(k)] = 4 + static_cast<int64_t>(words.size());
         // A word holding white space (a tokenizer split on another character) is never one our
         // tokenizer produces: a placeholder too.
-        const bool named = k < limit && static_cast<size_t>(k) < kt.words.size()
-            && !kt.words[static_cast<size_t>(k)].empty()
-            && kt.words[static_cast<size_t>(k)].find_first_of(" \t\n\r\f\v") == std::string::npos;
-        words.push_back(named ? kt.words[static_cast<size_t>(k)] : "<keras-" + std::to_string(k) + ">");
+        const auto word = k < limit ? kt.words.find(k) : kt.words.end();
+        const bool named = word != kt.words.end() && word->second.find_first_of(" \t\n\r\f\v") == std::string::npos;
+        words.push_back(named ? word->second : "<keras-" + std::to_string(k) + ">");
         unnamed += named ? 0 : 1;
     }
     if (unnamed > 0)
