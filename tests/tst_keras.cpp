@@ -731,25 +731,25 @@ void TestKeras::badTokenizers()
     setWordIndex(reserved, index);
     writeBytes(dir + "reserved.json", reserved.dump());
     expectError(dir + "reserved.json", "'<pad>'");
-    // Another model's tokenizer: ids past the model's embedding, no num_words to cap them.
-    json other = t;
-    json wider = json::parse(t["config"]["word_index"].get<std::string>());
-    wider["elsewhere"] = 9999;
-    setWordIndex(other, wider);
-    other["config"]["num_words"] = nullptr;
-    writeBytes(dir + "other-model.json", other.dump());
+    // Another model's tokenizer: ids past the model's embedding, no num_words to cap them. Its word
+    // index is the fixture's and one word more; the words it names are returned.
+    const auto withWordAt = [&](int64_t id, const std::string& file) {
+        json other = t;
+        json wider = json::parse(t["config"]["word_index"].get<std::string>());
+        wider["elsewhere"] = id;
+        setWordIndex(other, wider);
+        other["config"]["num_words"] = nullptr;
+        writeBytes(dir + file, other.dump());
+        return wider.size();
+    };
+    withWordAt(9999, "other-model.json");
     expectError(dir + "other-model.json", "reaches id 9999 but the model's ids are 0-");
     // An id near the 2^24 cap costs what the file holds: the word table is as large as the word
     // index (it was a table of 16 million empty words, 886 MB, before the same error).
-    json far = t;
-    json farIndex = json::parse(t["config"]["word_index"].get<std::string>());
-    farIndex["elsewhere"] = 16000000;
-    setWordIndex(far, farIndex);
-    far["config"]["num_words"] = nullptr;
-    writeBytes(dir + "far.json", far.dump());
+    const size_t farWords = withWordAt(16000000, "far.json");
     const KerasTokenizer farRead = readKerasTokenizer(dir + "far.json");
     QCOMPARE(farRead.maxId, int64_t(16000000));
-    QCOMPARE(farRead.words.size(), farIndex.size());
+    QCOMPARE(farRead.words.size(), farWords);
     QCOMPARE(farRead.words.at(16000000), std::string("elsewhere"));
     expectError(dir + "far.json", "reaches id 16000000 but the model's ids are 0-");
     // index_word (ids to words, what Keras' sequences_to_texts reads) must say what word_index
