@@ -1163,6 +1163,20 @@ void TestCli::importKeras()
     QCOMPARE(c.code, 0);
     QVERIFY2(c.out.startsWith("yes expect light rain after noon\n"), qPrintable(c.out));
     QVERIFY(c.out.contains("handoff ok"));
+    // A reply that ends at once is said in words (it was an empty line): imported with the first
+    // word of that reply as the end word, the same prompt's greedy reply is empty.
+    const QString ended = m_dir.filePath("keras-ends-at-once");
+    const Run e = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer", fixtures + "stacked_tokenizer.json",
+        "--out", ended, "--end-word", "yes", "--prompts", "0" });
+    QVERIFY2(e.code == 0, qPrintable(e.out + e.err));
+    const Run empty = cli({ "chat", "--run", ended, "--once", "will it rain tomorrow" });
+    QCOMPARE(empty.code, 0);
+    QVERIFY2(empty.out.startsWith("(empty reply: the model's first choice was <end>)\n"), qPrintable(empty.out));
+    const Run emptyJson = cli({ "chat", "--run", ended, "--once", "will it rain tomorrow", "--json" });
+    QCOMPARE(emptyJson.code, 0);
+    const QJsonObject emptyReply = QJsonDocument::fromJson(emptyJson.out.toUtf8()).object();
+    QVERIFY(emptyReply.contains("reply"));
+    QCOMPARE(emptyReply["reply"].toString(), QString()); // the JSON keeps the reply as it is
     // The same folder again: refused, the first import intact.
     const Run again = cli({ "import-keras", fixtures + "stacked.keras", "--tokenizer",
         fixtures + "stacked_tokenizer.json", "--out", run, "--prompts", "0" });

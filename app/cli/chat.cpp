@@ -157,7 +157,10 @@ void printReply(const Reply& r, const ChatArgs& a)
         std::cout << toJson(r) << std::endl;
         return;
     }
-    std::cout << chatbench::printable(r.text) << std::endl;
+    // An empty reply is said in words (the window shows "(empty reply)"), not as an empty line.
+    std::cout << (r.text.empty() ? std::string("(empty reply: the model's first choice was <end>)")
+                                 : chatbench::printable(r.text))
+              << std::endl;
     if (!r.trace.unknownWords.empty()) {
         std::cout << "  (unknown words: ";
         for (size_t i = 0; i < r.trace.unknownWords.size(); ++i)
