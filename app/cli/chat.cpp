@@ -158,9 +158,11 @@ void printReply(const Reply& r, const ChatArgs& a)
         return;
     }
     // An empty reply is said in words (the window shows "(empty reply)"), not as an empty line.
-    std::cout << (r.text.empty() ? std::string("(empty reply: the model's first choice was <end>)")
-                                 : chatbench::printable(r.text))
-              << std::endl;
+    if (!r.text.empty())
+        std::cout << chatbench::printable(r.text) << std::endl;
+    else
+        std::cout << (r.ids.empty() ? "(empty reply: the model's first choice was <end>)" : "(empty reply)")
+                  << std::endl;
     if (!r.trace.unknownWords.empty()) {
         std::cout << "  (unknown words: ";
         for (size_t i = 0; i < r.trace.unknownWords.size(); ++i)

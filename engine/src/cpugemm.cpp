@@ -162,9 +162,8 @@ std::string bf16GemmDescription()
     switch (bf16GemmPath()) {
     case Bf16Gemm::Mkl: return "products through MKL, summed in fp32";
     case Bf16Gemm::OneDnn:
-        return bf16MicroKernel() ? "products through oneDNN, summed in fp32 and rounded to bf16 (the recurrent ones "
-                                   "through its micro-kernel, summed in fp32 unrounded)"
-                                 : "products through oneDNN, summed in fp32 and rounded to bf16";
+        return std::string("products through oneDNN, summed in fp32 and rounded to bf16")
+            + (bf16MicroKernel() ? " (the recurrent ones through its micro-kernel, summed in fp32 unrounded)" : "");
     case Bf16Gemm::Fp32: return "products in fp32 from the bf16 operands";
     }
     return {};
@@ -287,22 +286,15 @@ RecurrentProductBf16::RecurrentProductBf16(const torch::Tensor& w, bool transpos
 void RecurrentProductBf16::accumulate(torch::Tensor& c, const torch::Tensor& a) const
 {
     TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && c.scalar_type() == torch::kFloat32 && a.dim() == 2
-            && c.dim() == 2 && a.size(1) == m_k && c.size(0) == a.size(0) && c.size(1) == m_n,
-        "RecurrentProductBf16: bf16 (rows, K) into fp32 (rows, N)");
+            && c.dim() == 2 && a.size(1) == m_k && c.size(0) == a.size(0) && c.size(1) == m_n && a.stride(1) == 1
+            && c.stride(1) == 1 && (a.size(0) <= 1 || (a.stride(0) >= m_k && c.stride(0) >= m_n)),
+        "RecurrentProductBf16: bf16 (rows, K) into fp32 (rows, N), each with unit stride along its rows");
     if (a.size(0) == 0)
         return;
-    const bool rows
-        = a.stride(1) == 1 && c.stride(1) == 1 && (a.size(0) == 1 || (a.stride(0) >= m_k && c.stride(0) >= m_n));
-    if (m_pairs.defined() && rows) {
+    if (m_pairs.defined())
         microKernel(a, m_pairs, m_n, c);
-        return;
-    }
-    if (m_w.defined()) {
+    else
         gemmBf16(a, false, m_w, m_transposed, 1.0f, c);
-        return;
-    }
-    // A layout the micro-kernel does not take: op(w) (K, N) back from its pairs.
-    gemmBf16(a, false, m_pairs.permute({ 0, 2, 1 }).reshape({ m_k, m_n }), false, 1.0f, c);
 }
 
 } // namespace chatbench
