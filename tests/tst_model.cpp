@@ -231,6 +231,8 @@ private Q_SLOTS:
     void maskedModelTrainsLikeTorchModel();
     void projectedLossMatchesLinearCrossEntropy_data();
     void projectedLossMatchesLinearCrossEntropy();
+    void softmaxRowsInBf16AreTheFp32RowsRounded();
+    void lstmStepsInBf16AreTheFp32StepsRounded();
     void bf16ProductsSumInFp32_data();
     void bf16ProductsSumInFp32();
     void packedRecurrentProductMatchesMm();
@@ -876,6 +878,93 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
         QVERIFY2(dh > 1e-6, qPrintable(got));
 }
 
+void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
+{
+    // The bf16 training path takes the rows' softmax − onehot straight from the row kernel in bf16:
+    // bit for bit what the fp32 rows become through ATen's conversion, with the same loss and
+    // column sums. Rows of large and small logits (ties and tiny probabilities to round), a row
+    // with a NaN logit (NaN stays NaN), 2287 words as the seed corpus has.
+    torch::manual_seed(5);
+    const int64_t n = 9, V = 2287;
+    auto z = torch::randn({ n, V }) * torch::tensor({ 1.0f, 4.0f, 30.0f, 0.01f, 1.0f, 8.0f, 100.0f, 2.0f, 1.0f }).view({ n, 1 });
+    z[4][17] = std::numeric_limits<float>::quiet_NaN();
+    const auto bias = torch::randn({ V });
+    auto target = torch::randint(0, V, { n }, torch::kInt64);
+    target[2] = 0;
+    target[3] = V - 1;
+    auto z32 = z.clone(), zScratch = z.clone();
+    auto col32 = torch::zeros({ V }), col16 = torch::zeros({ V });
+    auto zb = torch::empty({ n, V }, torch::kBFloat16);
+    const double loss32 = kernels::softmaxCrossEntropyRows(
+        n, V, z32.data_ptr<float>(), bias.data_ptr<float>(), target.data_ptr<int64_t>(), col32.data_ptr<float>());
+    const double loss16 = kernels::softmaxCrossEntropyRows(n, V, zScratch.data_ptr<float>(), bias.data_ptr<float>(),
+        target.data_ptr<int64_t>(), col16.data_ptr<float>(), reinterpret_cast<uint16_t*>(zb.data_ptr()));
+    QVERIFY(std::isnan(loss32) && std::isnan(loss16)); // the NaN row's loss
+    const auto rounded = z32.to(torch::kBFloat16);
+    // A NaN stays a NaN (ATen's vector conversion writes 0xFFFF for it, this kernel 0x7FC0).
+    QVERIFY(torch::equal(zb.isnan(), rounded.isnan()));
+    QVERIFY(zb[4].isnan().all().item<bool>());
+    const auto differ = (zb.view(torch::kInt16) != rounded.view(torch::kInt16)).logical_and(rounded.isnan().logical_not());
+    if (differ.any().item<bool>()) {
+        const auto where = differ.nonzero()[0];
+        const int64_t r = where[0].item<int64_t>(), v = where[1].item<int64_t>();
+        QFAIL(qPrintable(QString("row %1, word %2: %3 (fp32 %4) against ATen's %5 (%6 differ)")
+                             .arg(r).arg(v).arg(zb.view(torch::kInt16)[r][v].item<int>() & 0xFFFF, 0, 16)
+                             .arg(z32[r][v].item<float>()).arg(rounded.view(torch::kInt16)[r][v].item<int>() & 0xFFFF, 0, 16)
+                             .arg(differ.sum().item<int64_t>())));
+    }
+    QVERIFY(torch::equal(col16.isnan(), col32.isnan()));
+    QVERIFY(torch::equal(col16.nan_to_num(0.0), col32.nan_to_num(0.0)));
+    double lossFinite32 = 0, lossFinite16 = 0;
+    for (int64_t r : { 0, 1, 2, 3, 5, 6, 7, 8 }) { // the finite rows alone, one at a time
+        auto a = z.narrow(0, r, 1).clone(), b = z.narrow(0, r, 1).clone();
+        auto c1 = torch::zeros({ V }), c2 = torch::zeros({ V });
+        auto out = torch::empty({ 1, V }, torch::kBFloat16);
+        lossFinite32 += kernels::softmaxCrossEntropyRows(1, V, a.data_ptr<float>(), bias.data_ptr<float>(),
+            target.data_ptr<int64_t>() + r, c1.data_ptr<float>());
+        lossFinite16 += kernels::softmaxCrossEntropyRows(1, V, b.data_ptr<float>(), bias.data_ptr<float>(),
+            target.data_ptr<int64_t>() + r, c2.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()));
+        QVERIFY(torch::equal(out.view(torch::kInt16), a.to(torch::kBFloat16).view(torch::kInt16)));
+    }
+    QVERIFY(std::isfinite(lossFinite32));
+    QCOMPARE(lossFinite16, lossFinite32);
+}
+
+void TestModel::lstmStepsInBf16AreTheFp32StepsRounded()
+{
+    // The bf16 layer takes each step's h (forward) and dgates (backward) in bf16 from the element
+    // loops: the fp32 results are unchanged by asking, and the bf16 copies are those results
+    // through ATen's conversion, bit for bit. 200 units as the seed model has, 37 as an odd width.
+    torch::manual_seed(8);
+    for (const int64_t H : { 200, 37 }) {
+        const int64_t B = 5;
+        const auto acts = torch::randn({ B, 4 * H }) * 3, cPrev = torch::randn({ B, H });
+        auto a1 = acts.clone(), a2 = acts.clone();
+        auto c1 = torch::empty({ B, H }), c2 = c1.clone(), t1 = c1.clone(), t2 = c1.clone(), h1 = c1.clone(),
+             h2 = c1.clone();
+        auto hB = torch::empty({ B, H }, torch::kBFloat16);
+        kernels::lstmForwardStep(B, H, a1.data_ptr<float>(), cPrev.data_ptr<float>(), c1.data_ptr<float>(),
+            t1.data_ptr<float>(), h1.data_ptr<float>());
+        kernels::lstmForwardStep(B, H, a2.data_ptr<float>(), cPrev.data_ptr<float>(), c2.data_ptr<float>(),
+            t2.data_ptr<float>(), h2.data_ptr<float>(), reinterpret_cast<uint16_t*>(hB.data_ptr()));
+        QVERIFY(torch::equal(a1, a2) && torch::equal(c1, c2) && torch::equal(t1, t2) && torch::equal(h1, h2));
+        QVERIFY(torch::equal(hB.view(torch::kInt16), h1.to(torch::kBFloat16).view(torch::kInt16)));
+
+        const auto dOut = torch::randn({ B, H });
+        auto dh1 = torch::randn({ B, H }), dh2 = dh1.clone(), dc1 = torch::randn({ B, H }), dc2 = dc1.clone();
+        auto d1 = torch::empty({ B, 4 * H }), d2 = d1.clone();
+        auto dB = torch::empty({ B, 4 * H }, torch::kBFloat16);
+        kernels::lstmBackwardStep(B, H, dh1.data_ptr<float>(), dOut.data_ptr<float>(), dc1.data_ptr<float>(),
+            a1.data_ptr<float>(), t1.data_ptr<float>(), cPrev.data_ptr<float>(), d1.data_ptr<float>());
+        kernels::lstmBackwardStep(B, H, dh2.data_ptr<float>(), dOut.data_ptr<float>(), dc2.data_ptr<float>(),
+            a1.data_ptr<float>(), t1.data_ptr<float>(), cPrev.data_ptr<float>(), d2.data_ptr<float>(),
+            reinterpret_cast<uint16_t*>(dB.data_ptr()));
+        QVERIFY(torch::equal(d1, d2) && torch::equal(dh1, dh2) && torch::equal(dc1, dc2));
+        QVERIFY(torch::equal(dB.view(torch::kInt16), d1.to(torch::kBFloat16).view(torch::kInt16)));
+        QVERIFY(!torch::equal(dB.to(torch::kFloat32), d1)); // rounded: not the fp32 values themselves
+    }
+}
+
 void TestModel::bf16ProductsSumInFp32_data()
 {
     QTest::addColumn<bool>("transA");
@@ -973,12 +1062,19 @@ void TestModel::bf16RecurrentProductSumsInFp32()
     // c += a · wᵀ (forward pass) and c += a · w (backward pass) on bf16 operands, the weight laid
     // out once for steps of up to 50 rows, into whole rows and into a slice of wider rows, against
     // the same sums in double from the bf16-rounded operands. Through oneDNN's micro-kernel (a
-    // CPU with AVX512-BF16 that is not Intel's, even K) the fp32 sums land unrounded: far closer
-    // than a product rounded to bf16 (2^-8 relative) would be. Otherwise it is gemmBf16's contract.
+    // CPU with AVX512-BF16 that is not Intel's, or an Intel CPU with AMX-BF16; even K) the fp32
+    // sums land unrounded: far closer than a product rounded to bf16 (2^-8 relative) would be.
+    // Otherwise it is gemmBf16's contract. Between steps, a bf16 GEMM of another shape runs in
+    // the same thread, as the trainer's passes do: on AMX it reconfigures and releases the tiles,
+    // which the next step must not take as still its own.
     torch::manual_seed(23);
     const auto flags = cpuBf16Flags();
-    const bool microKernel = !cpuIsIntel() && std::find(flags.begin(), flags.end(), "avx512_bf16") != flags.end();
-    QCOMPARE(bf16MicroKernel(), microKernel && bf16GemmPath() == Bf16Gemm::OneDnn);
+    const auto has = [&](const char* flag) { return std::find(flags.begin(), flags.end(), flag) != flags.end(); };
+    const bool microKernel = cpuIsIntel() ? has("amx_bf16") && bf16GemmPath() == Bf16Gemm::Mkl
+                                          : has("avx512_bf16") && bf16GemmPath() == Bf16Gemm::OneDnn;
+    QCOMPARE(bf16MicroKernel(), microKernel);
+    const auto otherA = torch::randn({ 64, 96 }).to(torch::kBFloat16), otherB = torch::randn({ 96, 48 }).to(torch::kBFloat16);
+    auto otherC = torch::empty({ 64, 48 });
     for (const auto& [K, N] : { std::pair<int64_t, int64_t> { 200, 800 }, { 800, 200 }, { 300, 53 }, { 7, 20 } })
         for (bool transposed : { true, false }) {
             const auto w = transposed ? torch::randn({ N, K }) : torch::randn({ K, N });
@@ -993,6 +1089,7 @@ void TestModel::bf16RecurrentProductSumsInFp32()
                     auto c = slice ? cFull.narrow(1, 2, N) : cFull.narrow(1, 0, N).contiguous();
                     const auto prod = at::mm(a.to(torch::kFloat64), opW);
                     const auto ref = c.to(torch::kFloat64) + prod;
+                    gemmBf16(otherA, false, otherB, false, 0.0f, otherC);
                     product.accumulate(c, slice ? a : a.contiguous());
                     const double error = (c.to(torch::kFloat64) - ref).abs().max().item<double>();
                     const double scale = prod.abs().max().item<double>();

@@ -196,6 +196,23 @@ CHATBENCH_CLONES void rmspropUpdate(
     }
 }
 
+// x rounded to bf16, to nearest even as ATen's conversion rounds (a NaN stays a NaN), with
+// integer operations only: it vectorises in every clone.
+CHATBENCH_INLINE uint16_t toBf16(float x)
+{
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
+}
+
+// n floats rounded to bf16 (toBf16), while they are still in L1.
+CHATBENCH_INLINE void roundToBf16(const float* __restrict x, uint16_t* __restrict out, int64_t n)
+{
+    for (int64_t k = 0; k < n; ++k)
+        out[k] = toBf16(x[k]);
+}
+
 // One row's element loops, each block (gate, state) a parameter of its own marked restrict (the
 // blocks never overlap).
 CHATBENCH_INLINE void cellRow(int64_t H, const float* __restrict i, const float* __restrict f, float* __restrict g,
@@ -233,18 +250,20 @@ CHATBENCH_INLINE void backwardRow(int64_t H, const float* __restrict i, const fl
 }
 
 CHATBENCH_CLONES void lstmForwardStep(
-    int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h)
+    int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h, uint16_t* hBf16)
 {
     for (int64_t b = 0; b < B; ++b) {
         float* a = acts + b * 4 * H;
         sigmoidInPlace(a, 2 * H); // i and f
         sigmoidInPlace(a + 3 * H, H); // o (the cell candidate's tanh comes in cellRow)
         cellRow(H, a, a + H, a + 2 * H, a + 3 * H, cPrev + b * H, c + b * H, tanhC + b * H, h + b * H);
+        if (hBf16)
+            roundToBf16(h + b * H, hBf16 + b * H, H);
     }
 }
 
 CHATBENCH_CLONES void lstmBackwardStep(int64_t B, int64_t H, float* dh, const float* dOut, float* dc, const float* acts,
-    const float* tanhC, const float* cPrev, float* dgates)
+    const float* tanhC, const float* cPrev, float* dgates, uint16_t* dgatesBf16)
 {
     for (int64_t b = 0; b < B; ++b) {
         const float* a = acts + b * 4 * H;
@@ -255,6 +274,8 @@ CHATBENCH_CLONES void lstmBackwardStep(int64_t B, int64_t H, float* dh, const fl
         else
             backwardRow<false>(H, a, a + H, a + 2 * H, a + 3 * H, tanhC + b * H, cPrev + b * H, dh + b * H, nullptr,
                 dc + b * H, d, d + H, d + 2 * H, d + 3 * H);
+        if (dgatesBf16)
+            roundToBf16(d, dgatesBf16 + b * 4 * H, 4 * H);
     }
 }
 
@@ -459,8 +480,25 @@ CHATBENCH_CLONES double logSumExp(const float* z, int64_t V)
     return static_cast<double>(m) + std::log(static_cast<double>(sum));
 }
 
+namespace {
+
+// The rows' last pass: p = e^(z − m) / Σ into colSum, and into z (fp32) or zb (bf16).
+template <bool Bf16> CHATBENCH_INLINE void scaleRow(float* zr, uint16_t* zb, float* colSum, int64_t V, float inv)
+{
+    for (int64_t v = 0; v < V; ++v) {
+        const float p = zr[v] * inv;
+        colSum[v] += p;
+        if constexpr (Bf16)
+            zb[v] = toBf16(p);
+        else
+            zr[v] = p;
+    }
+}
+
+} // namespace
+
 CHATBENCH_CLONES double softmaxCrossEntropyRows(
-    int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum)
+    int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum, uint16_t* zb)
 {
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {
@@ -470,12 +508,17 @@ CHATBENCH_CLONES double softmaxCrossEntropyRows(
         const float sum = sumExp<true>(zr, V, m);
         loss += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(zt);
         const float inv = 1.0f / sum;
-        for (int64_t v = 0; v < V; ++v) {
-            zr[v] *= inv;
-            colSum[v] += zr[v];
+        const int64_t t = target[row];
+        if (zb) {
+            uint16_t* zbr = zb + row * V;
+            const float pt = zr[t] * inv; // before the row's pass makes zr's exponentials p's
+            scaleRow<true>(zr, zbr, colSum, V, inv);
+            zbr[t] = toBf16(pt - 1.0f);
+        } else {
+            scaleRow<false>(zr, nullptr, colSum, V, inv);
+            zr[t] -= 1.0f;
         }
-        zr[target[row]] -= 1.0f;
-        colSum[target[row]] -= 1.0f;
+        colSum[t] -= 1.0f;
     }
     return loss;
 }

@@ -16,14 +16,18 @@ void scaleSquares(float* sa, int64_t n, float alpha);
 
 // One LSTM step for B rows of H units, after the products. acts (B, 4H) holds the pre-activations
 // of i, f, g and o, and becomes sigmoid(i), sigmoid(f), tanh(g) and sigmoid(o); then
-// c = f·cPrev + i·tanh(g), tanhC = tanh(c), h = o·tanhC (tanh as 2·sigmoid(2x) − 1).
-void lstmForwardStep(int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h);
+// c = f·cPrev + i·tanh(g), tanhC = tanh(c), h = o·tanhC (tanh as 2·sigmoid(2x) − 1). With hBf16
+// (B, H), h also lands there rounded to bf16 (to nearest even, as ATen's conversion rounds): the
+// next step's operand for bf16 products, without a conversion of its own.
+void lstmForwardStep(
+    int64_t B, int64_t H, float* acts, const float* cPrev, float* c, float* tanhC, float* h, uint16_t* hBf16 = nullptr);
 // One step of the LSTM backward pass. In: dh (B, H) w.r.t. the state after the step, plus dOut
 // (B, H; null: none) w.r.t. the step's output; dc (B, H) w.r.t. the cell after the step; acts,
 // tanhC of the step; cPrev. Out: dgates (B, 4H) w.r.t. the pre-activations; dc becomes the
-// gradient w.r.t. cPrev; dh is zeroed (for the recurrent product to add into).
+// gradient w.r.t. cPrev; dh is zeroed (for the recurrent product to add into). With dgatesBf16
+// (B, 4H), dgates also lands there rounded to bf16, as hBf16 above.
 void lstmBackwardStep(int64_t B, int64_t H, float* dh, const float* dOut, float* dc, const float* acts,
-    const float* tanhC, const float* cPrev, float* dgates);
+    const float* tanhC, const float* cPrev, float* dgates, uint16_t* dgatesBf16 = nullptr);
 
 // Matrix-vector products for batch-1 steps, with the matrix (m, n) laid out once in panels of
 // kPanelRows rows (the last one as many as are left, rounded up to 8 with zero rows): panel p
@@ -60,7 +64,11 @@ double logSumExp(const float* z, int64_t V);
 // Softmax cross-entropy of n rows of V logits z + bias (row-major; bias (V) is added to each row
 // first, or nothing when null), in place: each row becomes softmax(z + bias) − onehot(target),
 // and is added to colSum (V); returns Σ −log softmax(z + bias)[target], in double. Three passes
-// per row (bias and max; exp and its sum; scale and column sum), each over one row in L1.
-double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum);
+// per row (bias and max; exp and its sum; scale and column sum), each over one row in L1. With zb
+// (n × V bf16), the rows' softmax − onehot lands there instead, rounded to nearest even as ATen's
+// conversion rounds (z is left holding scratch): the bf16 products' operand without a pass of its
+// own.
+double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum,
+    uint16_t* zb = nullptr);
 
 } // namespace chatbench::kernels

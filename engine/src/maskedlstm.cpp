@@ -157,6 +157,7 @@ public:
         float* hb = states.data_ptr<float>();
         float* cb = cstates.data_ptr<float>();
         float* tc = tanhC.data_ptr<float>();
+        uint16_t* hB16 = bf16 ? reinterpret_cast<uint16_t*>(statesB.data_ptr()) : nullptr; // each step's h in bf16
         for (size_t t = 0; t < p.n.size(); ++t) {
             const int64_t n = p.n[t], at = p.off[t], from = p.prevRow(t);
             auto gt = gates.narrow(0, at, n); // pre-activations, replaced by the activations i, f, g, o
@@ -165,10 +166,8 @@ public:
             } else {
                 recurrent->accumulate(gt, states.narrow(0, from, n));
             }
-            kernels::lstmForwardStep(
-                n, H, g + at * 4 * H, cb + from * H, cb + (B + at) * H, tc + at * H, hb + (B + at) * H);
-            if (bf16)
-                statesB.narrow(0, B + at, n).copy_(states.narrow(0, B + at, n));
+            kernels::lstmForwardStep(n, H, g + at * 4 * H, cb + from * H, cb + (B + at) * H, tc + at * H,
+                hb + (B + at) * H, bf16 ? hB16 + (B + at) * H : nullptr);
         }
         auto outputs = unpackRows(hb + B * H, H, B, T, p.len, p.flat, x.options());
         // The backward pass reads the states only as operands of dWhh: bf16 keeps those.
@@ -226,12 +225,11 @@ public:
             // rows become the gradient with respect to the state before step t: zero (here),
             // plus the recurrent product (below).
             kernels::lstmBackwardStep(rows, H, dhp, g ? g + at * H : nullptr, dc.data_ptr<float>(), a + at * 4 * H,
-                tcs + at * H, cb + from * H, dgates.data_ptr<float>() + at * 4 * H);
+                tcs + at * H, cb + from * H, dgates.data_ptr<float>() + at * 4 * H,
+                bf16 ? reinterpret_cast<uint16_t*>(dgatesB.data_ptr()) + at * 4 * H : nullptr);
             auto dhRows = dh.narrow(0, 0, rows);
             if (bf16) {
-                auto db16 = dgatesB.narrow(0, at, rows);
-                db16.copy_(dgates.narrow(0, at, rows));
-                recurrentB->accumulate(dhRows, db16);
+                recurrentB->accumulate(dhRows, dgatesB.narrow(0, at, rows));
             } else {
                 recurrent->accumulate(dhRows, dgates.narrow(0, at, rows));
             }

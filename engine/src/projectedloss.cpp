@@ -64,18 +64,17 @@ public:
                 gemmBf16(hb.narrow(0, r0, n), false, wb, true, 0.0f, z);
             else
                 at::mm_out(z, h, weight.t());
-            // In place, row by row: p − onehot, the loss and the bias gradient (three passes over each
-            // row while it is in L1, where log-softmax, gather, exp, scatter and a column sum took
-            // five over the chunk).
-            loss += kernels::softmaxCrossEntropyRows(
-                n, V, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0, dBias.data_ptr<float>());
+            // Row by row: p − onehot, the loss and the bias gradient (three passes over each row
+            // while it is in L1, where log-softmax, gather, exp, scatter and a column sum took five
+            // over the chunk), in place, or in bf16 into the kept rows.
+            if (bf16 && kept + n > keptRows)
+                flushKept();
+            loss += kernels::softmaxCrossEntropyRows(n, V, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0,
+                dBias.data_ptr<float>(), bf16 ? reinterpret_cast<uint16_t*>(zb.data_ptr()) + kept * V : nullptr);
             auto dh = dHidden.narrow(0, r0, n);
             const bool first = r0 == 0;
             if (bf16) {
-                if (kept + n > keptRows)
-                    flushKept();
                 auto zbChunk = zb.narrow(0, kept, n);
-                zbChunk.copy_(z);
                 kept += n;
                 gemmBf16(zbChunk, false, wb, false, 0.0f, dh); // (n, H)
             } else {
