@@ -233,6 +233,7 @@ private Q_SLOTS:
     void projectedLossMatchesLinearCrossEntropy();
     void softmaxRowsInBf16AreTheFp32RowsRounded();
     void lstmStepsInBf16AreTheFp32StepsRounded();
+    void stepBf16WeightsAreMadeOnceAndMatch();
     void bf16ProductsSumInFp32_data();
     void bf16ProductsSumInFp32();
     void packedRecurrentProductMatchesMm();
@@ -963,6 +964,46 @@ void TestModel::lstmStepsInBf16AreTheFp32StepsRounded()
         QVERIFY(torch::equal(dB.view(torch::kInt16), d1.to(torch::kBFloat16).view(torch::kInt16)));
         QVERIFY(!torch::equal(dB.to(torch::kFloat32), d1)); // rounded: not the fp32 values themselves
     }
+}
+
+void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
+{
+    // A bf16 training step's lanes share the weights' bf16 forms: each made once (one task each,
+    // run by the caller's cores), handed out while the step's object lives and to nobody else, and
+    // products through them are the same bits as through forms each caller makes.
+    torch::manual_seed(12);
+    const auto plainW = torch::randn({ 64, 30 }), recurrentW = torch::randn({ 40, 10 }), other = torch::randn({ 64, 30 });
+    const auto a = torch::randn({ 7, 10 }).to(torch::kBFloat16), b = torch::randn({ 7, 40 }).to(torch::kBFloat16);
+    auto products = [&] {
+        const RecurrentProductBf16 forward(recurrentW, /*transposed=*/true), backward(recurrentW, /*transposed=*/false);
+        auto c1 = torch::zeros({ 7, 40 }), c2 = torch::zeros({ 7, 10 });
+        forward.accumulate(c1, a);
+        backward.accumulate(c2, b);
+        return std::pair { c1, c2 };
+    };
+    const auto [alone1, alone2] = products();
+    std::vector<int> runs;
+    {
+        const StepBf16Weights step({ plainW }, { recurrentW }, [&](int64_t tasks, const std::function<void(int64_t)>& task) {
+            runs.assign(static_cast<size_t>(tasks), 0);
+            for (int64_t k = tasks - 1; k >= 0; --k) { // any order
+                task(k);
+                ++runs[static_cast<size_t>(k)];
+            }
+        });
+        QCOMPARE(runs.size(), size_t(bf16MicroKernel() ? 3 : 1)); // the recurrent forms only for the micro-kernel
+        QVERIFY(std::all_of(runs.begin(), runs.end(), [](int n) { return n == 1; }));
+        const auto w1 = bf16Weight(plainW), w2 = bf16Weight(plainW);
+        QCOMPARE(w1.data_ptr(), w2.data_ptr()); // the step's copy, not a new one per call
+        QVERIFY(torch::equal(w1.view(torch::kInt16), plainW.to(torch::kBFloat16).view(torch::kInt16)));
+        const auto o1 = bf16Weight(other), o2 = bf16Weight(other);
+        QVERIFY(o1.data_ptr() != o2.data_ptr()); // not the step's: made per call
+        QVERIFY(!step.find(plainW.narrow(0, 0, 32), 0).defined()); // a view of it is not it
+        const auto [shared1, shared2] = products();
+        QVERIFY(torch::equal(shared1, alone1) && torch::equal(shared2, alone2));
+    }
+    const auto after1 = bf16Weight(plainW), after2 = bf16Weight(plainW);
+    QVERIFY(after1.data_ptr() != after2.data_ptr()); // the step is over
 }
 
 void TestModel::bf16ProductsSumInFp32_data()

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -313,16 +314,70 @@ bool bf16MicroKernel()
     return ok;
 }
 
+namespace {
+
+std::atomic<const StepBf16Weights*> currentStepWeights { nullptr };
+
+bool microKernelFits(int64_t k, int64_t n, int64_t numel)
+{
+    return bf16MicroKernel() && k % 2 == 0 && k > 0 && n > 0 && numel <= std::numeric_limits<int>::max();
+}
+
+} // namespace
+
+StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const std::vector<torch::Tensor>& recurrent,
+    const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
+{
+    for (const auto& w : plain)
+        m_entries.push_back({ w, 0, {} });
+    for (const auto& w : recurrent)
+        if (w.dim() == 2 && microKernelFits(w.size(1), w.size(0), w.numel()) && microKernelFits(w.size(0), w.size(1), w.numel()))
+            for (int form : { 1, 2 })
+                m_entries.push_back({ w, form, {} });
+    share(static_cast<int64_t>(m_entries.size()), [this](int64_t k) {
+        Entry& e = m_entries[static_cast<size_t>(k)];
+        const bool transposed = e.form == 1;
+        e.made = e.form == 0 ? e.source.to(torch::kBFloat16)
+                             : inPairs(e.source, transposed, paddedWidth(e.source.size(transposed ? 0 : 1)));
+    });
+    currentStepWeights.store(this);
+}
+
+StepBf16Weights::~StepBf16Weights()
+{
+    currentStepWeights.store(nullptr);
+}
+
+torch::Tensor StepBf16Weights::find(const torch::Tensor& w, int form) const
+{
+    for (const auto& e : m_entries)
+        if (e.form == form && e.made.defined() && e.source.data_ptr() == w.data_ptr() && e.source.sizes() == w.sizes()
+            && e.source.strides() == w.strides() && e.source.scalar_type() == w.scalar_type())
+            return e.made;
+    return {};
+}
+
+torch::Tensor bf16Weight(const torch::Tensor& w)
+{
+    if (const auto* step = currentStepWeights.load())
+        if (auto made = step->find(w, 0); made.defined())
+            return made;
+    return w.to(torch::kBFloat16);
+}
+
 RecurrentProductBf16::RecurrentProductBf16(const torch::Tensor& w, bool transposed)
     : m_transposed(transposed)
     , m_k(transposed ? w.size(1) : w.size(0))
     , m_n(transposed ? w.size(0) : w.size(1))
 {
-    constexpr int64_t kMax = std::numeric_limits<int>::max();
-    if (bf16MicroKernel() && m_k % 2 == 0 && m_k > 0 && m_n > 0 && w.numel() <= kMax)
-        m_pairs = inPairs(w, transposed, paddedWidth(m_n));
-    else
-        m_w = w.to(torch::kBFloat16);
+    if (microKernelFits(m_k, m_n, w.numel())) {
+        if (const auto* step = currentStepWeights.load())
+            m_pairs = step->find(w, transposed ? 1 : 2);
+        if (!m_pairs.defined())
+            m_pairs = inPairs(w, transposed, paddedWidth(m_n));
+    } else {
+        m_w = bf16Weight(w);
+    }
 }
 
 void RecurrentProductBf16::accumulate(torch::Tensor& c, const torch::Tensor& a) const

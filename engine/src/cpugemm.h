@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,35 @@ private:
     int64_t m_k, m_n;
     torch::Tensor m_pairs; // (K/2, N, 2) bf16: op(w) in pairs along K; undefined: gemmBf16
 };
+// The bf16 forms of the weights one bf16 training step multiplies by, made once for the step and
+// shared by its lanes, where each lane made its own in each pass (at the seed sizes ≈ 1.1 M
+// weights converted, and the recurrent ones laid out twice, per lane and step). While an object
+// lives, bf16Weight and RecurrentProductBf16 take their weights from it; the objects are made
+// before the lanes start and only read while they run, and must not outlive the step (the
+// optimizer then changes the weights). `share(tasks, task)` runs task(0 … tasks − 1), each once,
+// on the caller's cores.
+class StepBf16Weights {
+public:
+    StepBf16Weights(const std::vector<torch::Tensor>& plain, const std::vector<torch::Tensor>& recurrent,
+        const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share);
+    ~StepBf16Weights();
+    StepBf16Weights(const StepBf16Weights&) = delete;
+    StepBf16Weights& operator=(const StepBf16Weights&) = delete;
+    // The form of w made for this step (form 0: bf16 as stored; 1: the micro-kernel's layout of
+    // wᵀ; 2: of w), or an undefined tensor.
+    torch::Tensor find(const torch::Tensor& w, int form) const;
+
+private:
+    struct Entry {
+        const torch::Tensor source;
+        int form;
+        torch::Tensor made;
+    };
+    std::vector<Entry> m_entries;
+};
+// w (fp32) as bf16: the step's copy while a StepBf16Weights holds one, else w.to(bf16).
+torch::Tensor bf16Weight(const torch::Tensor& w);
+
 // Whether RecurrentProductBf16 takes the micro-kernel in this process: the oneDNN path or AMX-BF16
 // on the MKL path, and a product of known operands through it (once per process) gave the sums
 // it should.

@@ -144,7 +144,7 @@ public:
         if (bf16) {
             xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
             if (N > 0)
-                gemmBf16(xp, false, wIh.to(torch::kBFloat16), true, 1.0f, gates);
+                gemmBf16(xp, false, bf16Weight(wIh), true, 1.0f, gates);
             recurrentB.emplace(wHh, /*transposed=*/true);
             statesB = torch::empty({ B + N, H }, xp.options());
             statesB.narrow(0, 0, B).copy_(states.narrow(0, 0, B));
@@ -246,7 +246,7 @@ public:
             if (N > 0) {
                 gemmBf16(dgatesB, true, xp, false, 0.0f, dWih);
                 gemmBf16(dgatesB, true, prevStates, false, 0.0f, dWhh);
-                gemmBf16(dgatesB, false, wIh.to(torch::kBFloat16), false, 0.0f, dxp);
+                gemmBf16(dgatesB, false, bf16Weight(wIh), false, 0.0f, dxp);
             }
         } else {
             dWih = at::mm(dgates.t(), xp); // (4H, I)

@@ -42,7 +42,7 @@ public:
         int64_t keptRows = 0, kept = 0, keptFrom = 0; // zb's rows; those filled; their first row
         if (bf16) {
             hb = hidden.to(torch::kBFloat16);
-            wb = weight.to(torch::kBFloat16);
+            wb = bf16Weight(weight);
             const int64_t fit = kBf16RowsBytes / static_cast<int64_t>(sizeof(uint16_t)) / std::max<int64_t>(V, 1);
             keptRows = std::min(N, std::max<int64_t>(1, fit / kChunkRows) * kChunkRows);
             zb = torch::empty({ keptRows, V }, hidden.options().dtype(torch::kBFloat16));

@@ -2,6 +2,7 @@
 
 #include "chatbench/error.h"
 #include "chatbench/tokenizer.h"
+#include "cpugemm.h"
 #include "kernels.h"
 #include "projectedloss.h"
 #include "scopedthreads.h"
@@ -457,13 +458,29 @@ PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double t
     const auto params = s.model->parameters();
     std::vector<std::vector<torch::Tensor>> grads(static_cast<size_t>(parts));
     std::vector<torch::Tensor> sums(static_cast<size_t>(parts));
-    onCores(s, parts, parts, [&](int64_t k) {
-        const size_t i = static_cast<size_t>(k);
-        auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
-        grads[i] = torch::autograd::grad({ partSum / tokens }, params, {}, /*retain_graph=*/false,
-            /*create_graph=*/false, /*allow_unused=*/true);
-        sums[i] = partSum.detach();
-    });
+    {
+        // bf16: the weights' bf16 forms made once for the step, shared out among the lanes,
+        // instead of by every lane in every pass.
+        std::optional<StepBf16Weights> bf16Weights;
+        if (s.model->maskedLstm() && s.model->gemmType() == torch::kBFloat16) {
+            std::vector<torch::Tensor> plain { s.model->output->weight }, recurrent;
+            for (auto* lstm : { &s.model->encoder, &s.model->decoder })
+                for (const auto& p : (*lstm)->named_parameters(/*recurse=*/false))
+                    if (p.key().rfind("weight_ih", 0) == 0)
+                        plain.push_back(p.value());
+                    else if (p.key().rfind("weight_hh", 0) == 0)
+                        recurrent.push_back(p.value());
+            bf16Weights.emplace(plain, recurrent,
+                [&](int64_t tasks, const std::function<void(int64_t)>& task) { onCores(s, tasks, parts, task); });
+        }
+        onCores(s, parts, parts, [&](int64_t k) {
+            const size_t i = static_cast<size_t>(k);
+            auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
+            grads[i] = torch::autograd::grad({ partSum / tokens }, params, {}, /*retain_graph=*/false,
+                /*create_graph=*/false, /*allow_unused=*/true);
+            sums[i] = partSum.detach();
+        });
+    }
     // Each parameter's gradient: the first slice's, the others added to it in slice order; sparse
     // ones (the embeddings') as one sparse gradient of the rows any slice touched.
     std::vector<torch::Tensor> total(params.size());
