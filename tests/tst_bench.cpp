@@ -33,6 +33,7 @@ private Q_SLOTS:
     void trainStepTimesABatchTheTrainerForms();
     void settingsRestoredWhenCancelledOrThrown();
     void oneFailingCombinationKeepsTheRest();
+    void batchBeyondMemoryIsRefusedBeforeAnyWork();
 };
 
 void TestBench::smallRunOnCpu()
@@ -223,6 +224,40 @@ void TestBench::oneFailingCombinationKeepsTheRest()
     QCOMPARE(r.notes.size(), size_t(1));
     QCOMPARE(r.notes[0], std::string("cpu fp32 1 thread(s): skipped after an error: injected failure"));
     QCOMPARE(lastDone, lastTotal); // progress still reaches the end
+}
+
+// `bench --batch 65536` on sizes no machine here can hold ran for minutes until LibTorch's
+// allocator refused a tensor, then skipped the unit. The floor of what the batch's training step
+// keeps (here ≈ 600 GB: 65 536 pairs of 42 tokens, 4096 units) is refused before any work, with
+// the batch, the figures and the fix.
+void TestBench::batchBeyondMemoryIsRefusedBeforeAnyWork()
+{
+    Corpus corpus;
+    std::string words;
+    for (int w = 0; w < 20; ++w)
+        words += " word" + std::to_string(w);
+    for (int i = 0; i < 8; ++i)
+        corpus.pairs.push_back({ "question " + std::to_string(i) + words, "answer " + std::to_string(i) + words, "mem", 0 });
+    BenchConfig cfg;
+    cfg.preset = "quick";
+    cfg.batchSizes = { 4, 65536 };
+    cfg.hidden = 4096;
+    cfg.raceEpochs = 0;
+    int events = 0;
+    BenchCallbacks cb;
+    cb.onProgress = [&](const std::string&, int, int) { ++events; };
+    cb.onRow = [&](const BenchRow&) { ++events; };
+    try {
+        (void)runBench(cfg, corpus, cb);
+        QFAIL("a batch needing hundreds of GB was run");
+    } catch (const Error& e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find("batch 65536: a training step of ") != std::string::npos, e.what());
+        QVERIFY2(what.find("needs at least ") != std::string::npos && what.find(" GB is available: lower --batch")
+                != std::string::npos,
+            e.what());
+    }
+    QCOMPARE(events, 0); // nothing measured, nothing announced
 }
 
 QTEST_GUILESS_MAIN(TestBench)

@@ -182,6 +182,46 @@ struct Bench {
         return plan[plan.size() / 2];
     }
 
+    // Refuses, before minutes of work end in the allocator's refusal or the kernel's OOM killer
+    // (`bench --batch 65536` on the seed preset grew past 24 GB and was killed), a batch whose
+    // training step cannot fit in the memory this process may take. The estimate is twice what
+    // the CPU step certainly holds at once: per real token and LSTM layer the gates and their
+    // gradients (4H each), h, c and tanh(c); per padded position of the (B, T) tensors the
+    // embedded input and its gradient (E each) and the LSTM's output (H). Measured peaks were
+    // 2.4–2.8 times that floor (seed sizes: B = 2048 2.5 GB, B = 8192 8.3 GB, floors 0.9 and
+    // 3.5 GB; E = H = 512, B = 2048: 5.7 GB in fp32 and 6.0 in bf16, floor 2.1 GB), so what fits is
+    // not refused. A reply's floor is one step's logits and state per row. (CUDA's memory is its
+    // own, and its out-of-memory back-off handles it.)
+    void requireMemoryForBatches() const
+    {
+        const int64_t avail = availableMemory();
+        if (avail <= 0)
+            return;
+        const ModelConfig& m = train.model;
+        const double H = static_cast<double>(m.hidden), E = static_cast<double>(m.embedDim),
+                     V = static_cast<double>(m.vocabSize), L = static_cast<double>(m.layers);
+        for (int B : cfg.batchSizes) {
+            double tokens = 0;
+            size_t longestSource = 0, longestTarget = 0;
+            for (size_t i : trainerBatch(B)) {
+                tokens += static_cast<double>(examples[i].source.size() + examples[i].target.size());
+                longestSource = std::max(longestSource, examples[i].source.size());
+                longestTarget = std::max(longestTarget, examples[i].target.size());
+            }
+            const double padded = static_cast<double>(B) * static_cast<double>(longestSource + longestTarget);
+            const double step = 2.0 * 4.0 * (tokens * L * 11.0 * H + padded * (2.0 * E + H));
+            const double reply = 4.0 * static_cast<double>(B) * (V + 4.0 * L * H);
+            const double need = std::max(step, reply);
+            if (need > static_cast<double>(avail))
+                throw Error("batch " + std::to_string(B) + ": "
+                    + (step >= reply ? "a training step of " + std::to_string(static_cast<int64_t>(tokens))
+                                + " tokens needs at least "
+                                     : "a reply needs at least ")
+                    + gigabytes(need) + " of memory, and " + gigabytes(static_cast<double>(avail))
+                    + " is available: lower --batch");
+        }
+    }
+
     double gemm(const torch::Device& dev, BenchPrecision precision)
     {
         const int n = dev.is_cuda() ? 4096 : 1024;
@@ -487,6 +527,10 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
     if (bench.examples.empty())
         throw Error("no usable pairs in the corpus after tokenizing");
     report.model = bench.train.model;
+
+    if (std::find_if(cfg.devices.begin(), cfg.devices.end(), [](const std::string& d) { return parseDevice(d).is_cpu(); })
+        != cfg.devices.end())
+        bench.requireMemoryForBatches();
 
     // The combinations that can run here; the rest become notes.
     struct Combo {

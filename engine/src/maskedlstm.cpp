@@ -240,8 +240,9 @@ public:
         const auto prevStates = states.index_select(0, prev); // (N, H): the state each step started from
         torch::Tensor dWih, dWhh, dxp;
         if (bf16) { // the three products over all real steps on bf16 operands, fp32 sums
-            dWih = torch::zeros({ 4 * H, I }, f32);
-            dWhh = torch::zeros({ 4 * H, H }, f32);
+            // Written whole by the products (beta 0); zeroed only when there are none.
+            dWih = N > 0 ? torch::empty({ 4 * H, I }, f32) : torch::zeros({ 4 * H, I }, f32);
+            dWhh = N > 0 ? torch::empty({ 4 * H, H }, f32) : torch::zeros({ 4 * H, H }, f32);
             dxp = torch::empty({ N, I }, f32);
             if (N > 0) {
                 gemmBf16(dgatesB, true, xp, false, 0.0f, dWih);

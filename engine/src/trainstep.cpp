@@ -40,8 +40,6 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& cfg, s
 
 static Stepper makeStepperOn(const TrainConfig& cfg, const torch::Device& device, Precision precision);
 
-namespace {
-
 // What this process may still take, in bytes: the kernel's MemAvailable, or the control group's
 // limit less its use when that is lower; 0 when neither can be read.
 int64_t availableMemory()
@@ -78,8 +76,6 @@ std::string gigabytes(double bytes)
     o << bytes / 1e9 << " GB";
     return o.str();
 }
-
-} // namespace
 
 namespace {
 

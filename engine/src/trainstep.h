@@ -45,6 +45,12 @@ struct Stepper {
     std::shared_ptr<c10::ThreadPool> partThreads;
 };
 
+// The memory this process may still take (MemAvailable, or what its cgroup leaves if less), in
+// bytes; 0 when neither can be read.
+int64_t availableMemory();
+// "1.2 GB", for messages.
+std::string gigabytes(double bytes);
+
 // Refuses, before LibTorch's allocator would (or the kernel's OOM killer, first), a model whose
 // `bytesPerParameter` × parameters exceed the memory this process may still take: "<doing> this
 // model needs about 137 GB of memory (… parameters: …), and 20.1 GB is available: <fix>".
