@@ -926,6 +926,7 @@ void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
         lossFinite16 += kernels::softmaxCrossEntropyRows(1, V, b.data_ptr<float>(), bias.data_ptr<float>(),
             target.data_ptr<int64_t>() + r, c2.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()));
         QVERIFY(torch::equal(out.view(torch::kInt16), a.to(torch::kBFloat16).view(torch::kInt16)));
+        QVERIFY(torch::equal(c2, c1)); // the column sums (the bias gradient), finite here
     }
     QVERIFY(std::isfinite(lossFinite32));
     QCOMPARE(lossFinite16, lossFinite32);
@@ -992,12 +993,26 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
             }
         });
         QCOMPARE(runs.size(), size_t(bf16MicroKernel() ? 3 : 1)); // the recurrent forms only for the micro-kernel
+        QCOMPARE(step.find(recurrentW, 1).defined(), bf16MicroKernel());
+        QCOMPARE(step.find(recurrentW, 2).defined(), bf16MicroKernel());
         QVERIFY(std::all_of(runs.begin(), runs.end(), [](int n) { return n == 1; }));
         const auto w1 = bf16Weight(plainW), w2 = bf16Weight(plainW);
         QCOMPARE(w1.data_ptr(), w2.data_ptr()); // the step's copy, not a new one per call
         QVERIFY(torch::equal(w1.view(torch::kInt16), plainW.to(torch::kBFloat16).view(torch::kInt16)));
         const auto o1 = bf16Weight(other), o2 = bf16Weight(other);
         QVERIFY(o1.data_ptr() != o2.data_ptr()); // not the step's: made per call
+        {
+            // A second training's step in the same process (the window's Compare while it trains):
+            // both steps' forms are found while both live, and the first's after the second ends.
+            const StepBf16Weights second({ other }, {}, [](int64_t tasks, const std::function<void(int64_t)>& task) {
+                for (int64_t k = 0; k < tasks; ++k)
+                    task(k);
+            });
+            const auto s1 = bf16Weight(other), s2 = bf16Weight(other);
+            QCOMPARE(s1.data_ptr(), s2.data_ptr());
+            QCOMPARE(bf16Weight(plainW).data_ptr(), w1.data_ptr());
+        }
+        QCOMPARE(bf16Weight(plainW).data_ptr(), w1.data_ptr());
         QVERIFY(!step.find(plainW.narrow(0, 0, 32), 0).defined()); // a view of it is not it
         const auto [shared1, shared2] = products();
         QVERIFY(torch::equal(shared1, alone1) && torch::equal(shared2, alone2));
@@ -1055,7 +1070,9 @@ void TestModel::bf16ProductsSumInFp32()
     auto cFull = torch::randn({ M, N + 7 });
     const auto before = cFull.clone();
     auto c = layout == 1 ? cFull.narrow(1, 3, N) : cFull.narrow(1, 0, N).clone();
-    const auto c0 = c.to(torch::kFloat64);
+    if (beta == 0.0f) // written whole, never read: the callers hand over uninitialised memory
+        c.fill_(std::numeric_limits<float>::quiet_NaN());
+    const auto c0 = beta == 0.0f ? torch::zeros_like(c, torch::kFloat64) : c.to(torch::kFloat64);
     const auto opA = (transA ? a.t() : a).to(torch::kFloat64), opB = (transB ? b.t() : b).to(torch::kFloat64);
     const auto prod = at::mm(opA, opB);
     const auto ref = c0 * beta + prod;

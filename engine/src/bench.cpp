@@ -185,9 +185,10 @@ struct Bench {
     // Refuses, before minutes of work end in the allocator's refusal or the kernel's OOM killer
     // (`bench --batch 65536` on the seed preset grew past 24 GB and was killed), a batch whose
     // training step cannot fit in the memory this process may take. The estimate is twice what
-    // the CPU step certainly holds at once: per real token and LSTM layer the gates and their
-    // gradients (4H each), h, c and tanh(c); per padded position of the (B, T) tensors the
-    // embedded input and its gradient (E each) and the LSTM's output (H). Measured peaks were
+    // the CPU step certainly holds at once: per real token and LSTM layer the gates, h, c and
+    // tanh(c) (kept for the backward pass), and one layer's gate gradients (4H); per padded
+    // position of the (B, T) tensors the embedded input and its gradient (E each) and each
+    // layer's output (H). Measured peaks were
     // 2.4–2.8 times that floor (seed sizes: B = 2048 2.5 GB, B = 8192 8.3 GB, floors 0.9 and
     // 3.5 GB; E = H = 512, B = 2048: 5.7 GB in fp32 and 6.0 in bf16, floor 2.1 GB), so what fits is
     // not refused. A reply's floor is one step's logits and state per row. (CUDA's memory is its
@@ -209,7 +210,7 @@ struct Bench {
                 longestTarget = std::max(longestTarget, examples[i].target.size());
             }
             const double padded = static_cast<double>(B) * static_cast<double>(longestSource + longestTarget);
-            const double step = 2.0 * 4.0 * (tokens * L * 11.0 * H + padded * (2.0 * E + H));
+            const double step = 2.0 * 4.0 * (tokens * (7.0 * H * L + 4.0 * H) + padded * (2.0 * E + L * H));
             const double reply = 4.0 * static_cast<double>(B) * (V + 4.0 * L * H);
             const double need = std::max(step, reply);
             if (need > static_cast<double>(avail))

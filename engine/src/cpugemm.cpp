@@ -7,7 +7,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <atomic>
+#include <mutex>
+#include <shared_mutex>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -316,7 +317,20 @@ bool bf16MicroKernel()
 
 namespace {
 
-std::atomic<const StepBf16Weights*> currentStepWeights { nullptr };
+// The steps whose bf16 forms are current: more than one when two trainings run in one process
+// (the window's training and its Compare benchmark). Lookups hold the lock only while they search,
+// and take a reference to what they find, so a step that ends meanwhile frees nothing in use.
+std::shared_mutex stepWeightsMutex;
+std::vector<const StepBf16Weights*> stepWeights;
+
+torch::Tensor stepForm(const torch::Tensor& w, int form)
+{
+    std::shared_lock lock(stepWeightsMutex);
+    for (const auto* step : stepWeights)
+        if (auto made = step->find(w, form); made.defined())
+            return made;
+    return {};
+}
 
 bool microKernelFits(int64_t k, int64_t n, int64_t numel)
 {
@@ -335,17 +349,20 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
             for (int form : { 1, 2 })
                 m_entries.push_back({ w, form, {} });
     share(static_cast<int64_t>(m_entries.size()), [this](int64_t k) {
+        torch::NoGradGuard noGrad; // operands, not part of any graph (each lane's thread has its own mode)
         Entry& e = m_entries[static_cast<size_t>(k)];
         const bool transposed = e.form == 1;
         e.made = e.form == 0 ? e.source.to(torch::kBFloat16)
                              : inPairs(e.source, transposed, paddedWidth(e.source.size(transposed ? 0 : 1)));
     });
-    currentStepWeights.store(this);
+    std::unique_lock lock(stepWeightsMutex);
+    stepWeights.push_back(this);
 }
 
 StepBf16Weights::~StepBf16Weights()
 {
-    currentStepWeights.store(nullptr);
+    std::unique_lock lock(stepWeightsMutex);
+    std::erase(stepWeights, this);
 }
 
 torch::Tensor StepBf16Weights::find(const torch::Tensor& w, int form) const
@@ -359,9 +376,8 @@ torch::Tensor StepBf16Weights::find(const torch::Tensor& w, int form) const
 
 torch::Tensor bf16Weight(const torch::Tensor& w)
 {
-    if (const auto* step = currentStepWeights.load())
-        if (auto made = step->find(w, 0); made.defined())
-            return made;
+    if (auto made = stepForm(w, 0); made.defined())
+        return made;
     return w.to(torch::kBFloat16);
 }
 
@@ -371,8 +387,7 @@ RecurrentProductBf16::RecurrentProductBf16(const torch::Tensor& w, bool transpos
     , m_n(transposed ? w.size(0) : w.size(1))
 {
     if (microKernelFits(m_k, m_n, w.numel())) {
-        if (const auto* step = currentStepWeights.load())
-            m_pairs = step->find(w, transposed ? 1 : 2);
+        m_pairs = stepForm(w, transposed ? 1 : 2);
         if (!m_pairs.defined())
             m_pairs = inPairs(w, transposed, paddedWidth(m_n));
     } else {

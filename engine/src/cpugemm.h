@@ -85,9 +85,10 @@ private:
 // The bf16 forms of the weights one bf16 training step multiplies by, made once for the step and
 // shared by its lanes, where each lane made its own in each pass (at the seed sizes ≈ 1.1 M
 // weights converted, and the recurrent ones laid out twice, per lane and step). While an object
-// lives, bf16Weight and RecurrentProductBf16 take their weights from it; the objects are made
-// before the lanes start and only read while they run, and must not outlive the step (the
-// optimizer then changes the weights). `share(tasks, task)` runs task(0 … tasks − 1), each once,
+// lives, bf16Weight and RecurrentProductBf16 take their weights from it (from any such object
+// alive in the process, matched by storage, shape and strides); the objects are made before the
+// lanes start and only read while they run, and must not outlive the step (the optimizer then
+// changes the weights). `share(tasks, task)` runs task(0 … tasks − 1), each once,
 // on the caller's cores.
 class StepBf16Weights {
 public:

@@ -511,8 +511,10 @@ CHATBENCH_CLONES double softmaxCrossEntropyRows(
         const int64_t t = target[row];
         if (zb) {
             uint16_t* zbr = zb + row * V;
-            const float pt = zr[t] * inv; // before the row's pass makes zr's exponentials p's
-            scaleRow<true>(zr, zbr, colSum, V, inv);
+            scaleRow<true>(zr, zbr, colSum, V, inv); // leaves zr as it was
+            const float pt = zr[t] * inv;
+            zr[t] = pt; // a second use of the product: it is rounded on its own, as in the fp32 path,
+                        // never fused with the − 1 below into one multiply-subtract
             zbr[t] = toBf16(pt - 1.0f);
         } else {
             scaleRow<false>(zr, nullptr, colSum, V, inv);

@@ -63,7 +63,11 @@ int64_t availableMemory()
     int64_t avail = readNumber("/proc/meminfo", "MemAvailable:") * 1024;
     const int64_t limit = readNumber("/sys/fs/cgroup/memory.max", "");
     if (limit > 0) {
-        const int64_t left = std::max<int64_t>(0, limit - readNumber("/sys/fs/cgroup/memory.current", ""));
+        // The group's use counts the page cache of files it read; the inactive part is given
+        // back before the group's limit is hit.
+        const int64_t used = readNumber("/sys/fs/cgroup/memory.current", "")
+            - readNumber("/sys/fs/cgroup/memory.stat", "inactive_file");
+        const int64_t left = std::max<int64_t>(0, limit - std::max<int64_t>(0, used));
         avail = avail > 0 ? std::min(avail, left) : left;
     }
     return avail;
