@@ -7,10 +7,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <mutex>
-#include <shared_mutex>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
 
@@ -344,10 +344,20 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
 {
     for (const auto& w : plain)
         m_entries.push_back({ w, 0, {} });
-    for (const auto& w : recurrent)
-        if (w.dim() == 2 && microKernelFits(w.size(1), w.size(0), w.numel()) && microKernelFits(w.size(0), w.size(1), w.numel()))
-            for (int form : { 1, 2 })
-                m_entries.push_back({ w, form, {} });
+    // Each product's form as RecurrentProductBf16 takes it: laid out for the micro-kernel (wᵀ for
+    // the forward pass, w for the backward), or the bf16 copy where it does not fit.
+    for (const auto& w : recurrent) {
+        if (w.dim() != 2)
+            continue;
+        const bool forward = microKernelFits(w.size(1), w.size(0), w.numel()),
+                   backward = microKernelFits(w.size(0), w.size(1), w.numel());
+        if (forward)
+            m_entries.push_back({ w, 1, {} });
+        if (backward)
+            m_entries.push_back({ w, 2, {} });
+        if (!forward || !backward)
+            m_entries.push_back({ w, 0, {} });
+    }
     share(static_cast<int64_t>(m_entries.size()), [this](int64_t k) {
         torch::NoGradGuard noGrad; // operands, not part of any graph (each lane's thread has its own mode)
         Entry& e = m_entries[static_cast<size_t>(k)];
