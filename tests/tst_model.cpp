@@ -234,6 +234,10 @@ private Q_SLOTS:
     void softmaxRowsInBf16AreTheFp32RowsRounded();
     void lstmStepsInBf16AreTheFp32StepsRounded();
     void stepBf16WeightsAreMadeOnceAndMatch();
+    void projectedScoreMatchesLinearCrossEntropy_data();
+    void projectedScoreMatchesLinearCrossEntropy();
+    void wideProductWritesWholeRowsInFp32();
+    void bf16RowsAndPairsAreAtensRounding();
     void bf16ProductsSumInFp32_data();
     void bf16ProductsSumInFp32();
     void packedRecurrentProductMatchesMm();
@@ -879,6 +883,44 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
         QVERIFY2(dh > 1e-6, qPrintable(got));
 }
 
+void TestModel::projectedScoreMatchesLinearCrossEntropy_data()
+{
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("fp32") << false;
+    QTest::newRow("bf16 products") << true;
+}
+
+void TestModel::projectedScoreMatchesLinearCrossEntropy()
+{
+    // Validation's score: the summed loss and the argmax hits of linear + cross_entropy, over 300
+    // rows (two chunks of 128 and a partial one). Words 3 and 4 share their weights and bias, so
+    // their logits tie: argmax takes word 3, a hit for rows whose target is 3 and none for 4.
+    QFETCH(bool, bf16);
+    torch::manual_seed(15);
+    const int64_t N = 300, H = 40, V = 37;
+    auto h = torch::randn({ N, H }), w = torch::randn({ V, H }), b = torch::randn({ V });
+    w[4].copy_(w[3]);
+    b[3] = 50.0f; // words 3 and 4 the largest logits of every row
+    b[4] = 50.0f;
+    auto t = torch::randint(0, V, { N }, torch::kInt64);
+    t.narrow(0, 0, 40).fill_(3);
+    t.narrow(0, 40, 40).fill_(4);
+    // The reference from the operands the products take (bf16: rounded first), in double.
+    const auto hr = bf16 ? h.to(torch::kBFloat16).to(torch::kFloat32) : h;
+    const auto wr = bf16 ? w.to(torch::kBFloat16).to(torch::kFloat32) : w;
+    const auto logits = torch::nn::functional::linear(hr.to(torch::kDouble), wr.to(torch::kDouble), b.to(torch::kDouble));
+    const double ref = torch::nn::functional::cross_entropy(logits, t,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+    const int64_t refHits = (logits.argmax(-1) == t).sum().item<int64_t>();
+    QCOMPARE((logits.argmax(-1).narrow(0, 0, 80) == 3).sum().item<int64_t>(), int64_t(80));
+    int64_t hits = 0;
+    const double mine = projectedCrossEntropyScore(h, w, b, t, bf16 ? torch::kBFloat16 : torch::kFloat32, &hits)
+                            .item<double>();
+    QVERIFY2(std::abs(mine - ref) < 1e-5 * std::abs(ref), qPrintable(QString("%1 against %2").arg(mine).arg(ref)));
+    QCOMPARE(hits, refHits);
+    QVERIFY(hits >= 40);
+}
+
 void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
 {
     // The bf16 training path takes the rows' softmax − onehot straight from the row kernel in bf16:
@@ -897,8 +939,8 @@ void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
     auto col32 = torch::zeros({ V }), col16 = torch::zeros({ V });
     auto zb = torch::empty({ n, V }, torch::kBFloat16);
     const double loss32 = kernels::softmaxCrossEntropyRows(
-        n, V, z32.data_ptr<float>(), bias.data_ptr<float>(), target.data_ptr<int64_t>(), col32.data_ptr<float>());
-    const double loss16 = kernels::softmaxCrossEntropyRows(n, V, zScratch.data_ptr<float>(), bias.data_ptr<float>(),
+        n, V, V, z32.data_ptr<float>(), bias.data_ptr<float>(), target.data_ptr<int64_t>(), col32.data_ptr<float>());
+    const double loss16 = kernels::softmaxCrossEntropyRows(n, V, V, zScratch.data_ptr<float>(), bias.data_ptr<float>(),
         target.data_ptr<int64_t>(), col16.data_ptr<float>(), reinterpret_cast<uint16_t*>(zb.data_ptr()));
     QVERIFY(std::isnan(loss32) && std::isnan(loss16)); // the NaN row's loss
     const auto rounded = z32.to(torch::kBFloat16);
@@ -921,9 +963,9 @@ void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
         auto a = z.narrow(0, r, 1).clone(), b = z.narrow(0, r, 1).clone();
         auto c1 = torch::zeros({ V }), c2 = torch::zeros({ V });
         auto out = torch::empty({ 1, V }, torch::kBFloat16);
-        lossFinite32 += kernels::softmaxCrossEntropyRows(1, V, a.data_ptr<float>(), bias.data_ptr<float>(),
+        lossFinite32 += kernels::softmaxCrossEntropyRows(1, V, V, a.data_ptr<float>(), bias.data_ptr<float>(),
             target.data_ptr<int64_t>() + r, c1.data_ptr<float>());
-        lossFinite16 += kernels::softmaxCrossEntropyRows(1, V, b.data_ptr<float>(), bias.data_ptr<float>(),
+        lossFinite16 += kernels::softmaxCrossEntropyRows(1, V, V, b.data_ptr<float>(), bias.data_ptr<float>(),
             target.data_ptr<int64_t>() + r, c2.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()));
         QVERIFY(torch::equal(out.view(torch::kInt16), a.to(torch::kBFloat16).view(torch::kInt16)));
         QVERIFY(torch::equal(c2, c1)); // the column sums (the bias gradient), finite here
@@ -985,7 +1027,7 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
     const auto [alone1, alone2] = products();
     std::vector<int> runs;
     {
-        const StepBf16Weights step({ plainW }, { recurrentW }, [&](int64_t tasks, const std::function<void(int64_t)>& task) {
+        const StepBf16Weights step({ plainW }, { recurrentW }, {}, [&](int64_t tasks, const std::function<void(int64_t)>& task) {
             runs.assign(static_cast<size_t>(tasks), 0);
             for (int64_t k = tasks - 1; k >= 0; --k) { // any order
                 task(k);
@@ -1006,7 +1048,7 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
         {
             // A second training's step in the same process (the window's Compare while it trains):
             // both steps' forms are found while both live, and the first's after the second ends.
-            const StepBf16Weights second({ other }, {}, [](int64_t tasks, const std::function<void(int64_t)>& task) {
+            const StepBf16Weights second({ other }, {}, {}, [](int64_t tasks, const std::function<void(int64_t)>& task) {
                 for (int64_t k = 0; k < tasks; ++k)
                     task(k);
             });
@@ -1021,6 +1063,75 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
     }
     const auto after1 = bf16Weight(plainW), after2 = bf16Weight(plainW);
     QVERIFY(after1.data_ptr() != after2.data_ptr()); // the step is over
+}
+
+void TestModel::wideProductWritesWholeRowsInFp32()
+{
+    // The output projection's bf16 forward product: bf16 operands summed in fp32 into rows that
+    // may be wider than the vocabulary (whole AMX tiles), the extra columns written as zeros; the
+    // same bits from the step's laid-out weight as from one laid out per call; one row, and a
+    // slice of wider rows, as well as a block.
+    torch::manual_seed(13);
+    const int64_t N = 37, K = 70; // whole tiles of 16 pairs and 3 pairs more, 2 tiles of rows and 5 more
+    const auto w = torch::randn({ N, K });
+    const auto wb = w.to(torch::kBFloat16).to(torch::kFloat32);
+    const auto wide = torch::randn({ 9, K + 6 }).to(torch::kBFloat16);
+    for (const auto& a : { torch::randn({ 7, K }).to(torch::kBFloat16), torch::randn({ 1, K }).to(torch::kBFloat16),
+             wide.narrow(1, 3, K) }) {
+        const WideProductBf16 alone(w);
+        QCOMPARE(alone.packed(), bf16MicroKernel());
+        QVERIFY(alone.width() >= N);
+        auto c = torch::full({ a.size(0), alone.width() }, std::numeric_limits<float>::quiet_NaN());
+        alone.product(a, c);
+        const auto ref = at::mm(a.to(torch::kDouble), wb.to(torch::kDouble).t());
+        const double err = (c.narrow(1, 0, N).to(torch::kDouble) - ref).abs().max().item<double>();
+        QVERIFY2(err < 1e-5 * std::max(1.0, ref.abs().max().item<double>()), qPrintable(QString::number(err)));
+        if (alone.width() > N)
+            QVERIFY(torch::equal(c.narrow(1, N, alone.width() - N), torch::zeros({ a.size(0), alone.width() - N })));
+        const StepBf16Weights step({}, {}, { w }, [](int64_t tasks, const std::function<void(int64_t)>& task) {
+            for (int64_t k = 0; k < tasks; ++k)
+                task(k);
+        });
+        QCOMPARE(step.find(w, 1).defined(), bf16MicroKernel());
+        QVERIFY(step.find(w, 0).defined()); // the backward product's copy
+        const WideProductBf16 shared(w);
+        QCOMPARE(shared.width(), alone.width());
+        auto c2 = torch::full_like(c, std::numeric_limits<float>::quiet_NaN());
+        shared.product(a, c2);
+        QVERIFY(torch::equal(c2, c));
+    }
+}
+
+void TestModel::bf16RowsAndPairsAreAtensRounding()
+{
+    // One pass gives both bf16 forms of a weight: its rows as ATen's conversion rounds them, and
+    // the micro-kernel's pairs of wᵀ with zero columns after the last row; NaN stays NaN, infinities
+    // and values that round up into the next binade included. Shapes with whole 16 × 16 tiles,
+    // partial ones, and none.
+    torch::manual_seed(14);
+    for (const auto& [N, K, np] : { std::tuple<int64_t, int64_t, int64_t> { 37, 70, 48 }, { 32, 64, 32 },
+             { 5, 6, 16 }, { 40, 200, 41 } }) {
+        auto w = torch::randn({ N, K }) * 3;
+        w[0][0] = std::numeric_limits<float>::quiet_NaN();
+        w[N - 1][K - 1] = -std::numeric_limits<float>::infinity();
+        w[1][K / 2] = std::nextafter(2.0f, 0.0f); // just under 2: rounds up to 2
+        auto rows = torch::full({ N, K }, -1.0f).to(torch::kBFloat16);
+        auto pairs = torch::full({ K / 2, np, 2 }, -1.0f).to(torch::kBFloat16);
+        kernels::bf16RowsAndPairs(w.data_ptr<float>(), N, K, np, reinterpret_cast<uint16_t*>(rows.data_ptr()),
+            reinterpret_cast<uint16_t*>(pairs.data_ptr()));
+        const auto ref = w.to(torch::kBFloat16);
+        const auto finite = ref.isnan().logical_not();
+        QVERIFY(torch::equal(rows.isnan(), ref.isnan()));
+        QVERIFY(torch::equal(rows.masked_fill(finite.logical_not(), 0).view(torch::kInt16),
+            ref.masked_fill(finite.logical_not(), 0).view(torch::kInt16)));
+        // pairs[k / 2][n][k % 2] = w[n][k]: wᵀ (K, np) viewed as (K/2, 2, np), the pair's members adjacent
+        auto refPairs = torch::zeros({ K, np }, torch::kBFloat16);
+        refPairs.narrow(1, 0, N).copy_(ref.t());
+        refPairs = refPairs.view({ K / 2, 2, np }).permute({ 0, 2, 1 });
+        QVERIFY(torch::equal(pairs.isnan(), refPairs.isnan()));
+        QVERIFY(torch::equal(pairs.masked_fill(pairs.isnan(), 0).view(torch::kInt16),
+            refPairs.masked_fill(refPairs.isnan(), 0).contiguous().view(torch::kInt16)));
+    }
 }
 
 void TestModel::bf16ProductsSumInFp32_data()

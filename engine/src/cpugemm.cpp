@@ -253,6 +253,12 @@ int64_t paddedWidth(int64_t n)
 // [k / 2][n][k % 2].
 torch::Tensor inPairs(const torch::Tensor& w, bool transposed, int64_t np)
 {
+    if (transposed && w.scalar_type() == torch::kFloat32 && w.is_contiguous()) { // one pass of the engine's
+        auto pairs = torch::empty({ w.size(1) / 2, np, 2 }, w.options().dtype(torch::kBFloat16));
+        kernels::bf16RowsAndPairs(w.data_ptr<float>(), w.size(0), w.size(1), np, nullptr,
+            reinterpret_cast<uint16_t*>(pairs.data_ptr()));
+        return pairs;
+    }
     const auto wb = w.to(torch::kBFloat16).contiguous();
     torch::Tensor pairs;
     if (transposed) { // w (N, K): the pair (k, k + 1) of row n is already adjacent; move the pairs
@@ -340,7 +346,7 @@ bool microKernelFits(int64_t k, int64_t n, int64_t numel)
 } // namespace
 
 StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const std::vector<torch::Tensor>& recurrent,
-    const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
+    const std::vector<torch::Tensor>& wide, const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
 {
     for (const auto& w : plain)
         m_entries.push_back({ w, 0, {} });
@@ -358,9 +364,34 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
         if (!forward || !backward)
             m_entries.push_back({ w, 0, {} });
     }
-    share(static_cast<int64_t>(m_entries.size()), [this](int64_t k) {
+    // A task per entry, but one for both forms of a wide weight: the bf16 copy and the layout come
+    // from one pass over it.
+    const size_t single = m_entries.size();
+    for (const auto& w : wide) {
+        m_entries.push_back({ w, 0, {} });
+        if (w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous()
+            && microKernelFits(w.size(1), w.size(0), w.numel()))
+            m_entries.push_back({ w, 1, {} });
+    }
+    std::vector<std::pair<size_t, size_t>> tasks; // entries [first, last]
+    for (size_t i = 0; i < m_entries.size(); ++i) {
+        const bool both = i >= single && i + 1 < m_entries.size() && m_entries[i + 1].form == 1;
+        tasks.emplace_back(i, both ? i + 1 : i);
+        i += both ? 1 : 0;
+    }
+    share(static_cast<int64_t>(tasks.size()), [this, &tasks](int64_t k) {
         torch::NoGradGuard noGrad; // operands, not part of any graph (each lane's thread has its own mode)
-        Entry& e = m_entries[static_cast<size_t>(k)];
+        const auto [first, last] = tasks[static_cast<size_t>(k)];
+        Entry& e = m_entries[first];
+        if (last != first) { // a wide weight's copy and layout
+            const int64_t n = e.source.size(0), kk = e.source.size(1), np = paddedWidth(n);
+            e.made = torch::empty({ n, kk }, e.source.options().dtype(torch::kBFloat16));
+            Entry& pairs = m_entries[last];
+            pairs.made = torch::empty({ kk / 2, np, 2 }, e.made.options());
+            kernels::bf16RowsAndPairs(e.source.data_ptr<float>(), n, kk, np,
+                reinterpret_cast<uint16_t*>(e.made.data_ptr()), reinterpret_cast<uint16_t*>(pairs.made.data_ptr()));
+            return;
+        }
         const bool transposed = e.form == 1;
         e.made = e.form == 0 ? e.source.to(torch::kBFloat16)
                              : inPairs(e.source, transposed, paddedWidth(e.source.size(transposed ? 0 : 1)));
@@ -403,6 +434,41 @@ RecurrentProductBf16::RecurrentProductBf16(const torch::Tensor& w, bool transpos
     } else {
         m_w = bf16Weight(w);
     }
+}
+
+WideProductBf16::WideProductBf16(const torch::Tensor& w)
+    : m_k(w.size(1))
+    , m_width(w.size(0))
+{
+    if (microKernelFits(m_k, m_width, w.numel())) {
+        m_pairs = stepForm(w, 1);
+        if (!m_pairs.defined())
+            m_pairs = inPairs(w, /*transposed=*/true, paddedWidth(m_width));
+        m_width = m_pairs.size(1);
+    } else {
+        m_w = bf16Weight(w);
+    }
+}
+
+void WideProductBf16::product(const torch::Tensor& a, const torch::Tensor& c) const
+{
+    TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && c.scalar_type() == torch::kFloat32 && a.dim() == 2
+            && c.dim() == 2 && a.size(1) == m_k && c.size(0) == a.size(0) && c.size(1) == m_width && a.stride(1) == 1
+            && c.stride(1) == 1 && (a.size(0) <= 1 || (a.stride(0) >= m_k && c.stride(0) >= m_width)),
+        "WideProductBf16: bf16 (rows, K) into fp32 (rows, width), each with unit stride along its rows");
+    const int64_t m = a.size(0);
+    if (m == 0)
+        return;
+    if (!m_pairs.defined()) {
+        torch::Tensor out = c; // the same storage
+        gemmBf16(a, false, m_w, true, 0.0f, out);
+        return;
+    }
+    // The sums written straight into c, the padded columns' zeros with them.
+    at::native::cpublas::brgemm(m, m_width, m_k, m == 1 ? m_k : a.stride(0), m_width, m == 1 ? m_width : c.stride(0),
+        /*add_C=*/false, reinterpret_cast<const at::BFloat16*>(a.data_ptr()),
+        reinterpret_cast<const at::BFloat16*>(m_pairs.data_ptr()), c.data_ptr<float>(), /*is_vnni=*/true);
+    at::native::cpublas::brgemm_release(true); // as microKernel: nothing else in this thread may meet its tiles
 }
 
 void RecurrentProductBf16::accumulate(torch::Tensor& c, const torch::Tensor& a) const

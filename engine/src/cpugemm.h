@@ -82,17 +82,41 @@ private:
     int64_t m_k, m_n;
     torch::Tensor m_pairs; // (K/2, N, 2) bf16: op(w) in pairs along K; undefined: gemmBf16
 };
+// c (m, width()) = a (m, K) · wᵀ for w (N, K) fp32 and a bf16 with unit stride along its rows,
+// fp32 sums: the output projection's forward product, its rows many (a chunk of a step's target
+// tokens) and its width the vocabulary. Where the micro-kernel takes it (as RecurrentProductBf16),
+// wᵀ is laid out once (the step's form 1 while a StepBf16Weights holds one) and c is written
+// straight from the tiles: on AMX c has N padded to whole tiles, the extra columns zero (128 ×
+// 200 × 2287, one core of a Sapphire Rapids Xeon: 91 µs against MKL's 321 µs, which lays the
+// weight out again on every call). Elsewhere width() is N and the product is gemmBf16's.
+class WideProductBf16 {
+public:
+    explicit WideProductBf16(const torch::Tensor& w);
+    int64_t width() const { return m_width; }
+    void product(const torch::Tensor& a, const torch::Tensor& c) const;
+    bool packed() const { return m_pairs.defined(); }
+
+private:
+    torch::Tensor m_w; // bf16 as stored, for gemmBf16
+    int64_t m_k, m_width;
+    torch::Tensor m_pairs; // (K/2, width, 2) bf16; undefined: gemmBf16
+};
+
 // The bf16 forms of the weights one bf16 training step multiplies by, made once for the step and
 // shared by its lanes, where each lane made its own in each pass (at the seed sizes ≈ 1.1 M
 // weights converted, and the recurrent ones laid out twice, per lane and step). While an object
-// lives, bf16Weight and RecurrentProductBf16 take their weights from it (from any such object
+// lives, bf16Weight, RecurrentProductBf16 and WideProductBf16 take their weights from it (from any such object
 // alive in the process, matched by storage, shape and strides); the objects are made before the
 // lanes start and only read while they run, and must not outlive the step (the optimizer then
-// changes the weights). `share(tasks, task)` runs task(0 … tasks − 1), each once,
+// changes the weights) or the evaluation they were made for. `share(tasks, task)` runs task(0 … tasks − 1), each once,
 // on the caller's cores.
 class StepBf16Weights {
 public:
+    // plain: multiplied as they are (form 0); recurrent: by RecurrentProductBf16 both ways (forms 1
+    // and 2, or 0 where the micro-kernel does not fit); wide: by WideProductBf16 and as they are
+    // (forms 1 and 0).
     StepBf16Weights(const std::vector<torch::Tensor>& plain, const std::vector<torch::Tensor>& recurrent,
+        const std::vector<torch::Tensor>& wide,
         const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share);
     ~StepBf16Weights();
     StepBf16Weights(const StepBf16Weights&) = delete;

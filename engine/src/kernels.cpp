@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 // Built for baseline x86-64 these loops are 4-wide SSE2; each also gets an AVX2 + FMA and an
 // AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc). Not
@@ -211,6 +212,88 @@ CHATBENCH_INLINE void roundToBf16(const float* __restrict x, uint16_t* __restric
 {
     for (int64_t k = 0; k < n; ++k)
         out[k] = toBf16(x[k]);
+}
+
+// Sixteen rounded pairs from 32 consecutive floats' bits (lo: the first 16, hi: the next):
+// pair j = bf16(x[2j]) | bf16(x[2j + 1]) << 16, each rounded as toBf16.
+CHATBENCH_INLINE U16 roundedPairs(U16 lo, U16 hi)
+{
+    auto round = [](U16 b) {
+        const U16 rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+        const U16 nan = -((b & 0x7FFFFFFFu) > 0x7F800000u); // all ones where a NaN
+        return (nan & 0x7FC0u) | (~nan & rounded);
+    };
+    const U16 a = round(lo), b = round(hi);
+    const U16 even = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+    const U16 odd = even + 1u;
+    return __builtin_shuffle(a, b, even) | (__builtin_shuffle(a, b, odd) << 16);
+}
+
+// t (16 × 16) transposed in place: at each stage the off-diagonal b × b blocks of every 2b × 2b
+// block are swapped (b = 8, 4, 2, 1).
+CHATBENCH_INLINE void transpose16(U16* t)
+{
+    auto stage = [t](int b, U16 first, U16 second) {
+        for (int i = 0; i < 16; ++i)
+            if ((i & b) == 0) {
+                const U16 x = __builtin_shuffle(t[i], t[i + b], first), y = __builtin_shuffle(t[i], t[i + b], second);
+                t[i] = x;
+                t[i + b] = y;
+            }
+    };
+    stage(8, U16 { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
+        U16 { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 });
+    stage(4, U16 { 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27 },
+        U16 { 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31 });
+    stage(2, U16 { 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 },
+        U16 { 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 });
+    stage(1, U16 { 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30 },
+        U16 { 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31 });
+}
+
+CHATBENCH_CLONES void bf16RowsAndPairs(
+    const float* __restrict w, int64_t N, int64_t K, int64_t np, uint16_t* __restrict rows, uint16_t* __restrict pairs)
+{
+    constexpr int64_t kBlock = 16; // rows per block, and pairs per tile: one 64-byte line a pair
+    const int64_t half = K / 2, wholeTiles = half / kBlock * kBlock;
+    auto pairOf = [&](int64_t n, int64_t j) {
+        return n < N ? static_cast<uint32_t>(toBf16(w[n * K + 2 * j]))
+                | (static_cast<uint32_t>(toBf16(w[n * K + 2 * j + 1])) << 16)
+                     : 0u;
+    };
+    for (int64_t n0 = 0; n0 < np; n0 += kBlock) {
+        const int64_t real = std::clamp<int64_t>(N - n0, 0, kBlock), width = std::min(kBlock, np - n0);
+        // Tiles of 16 rows × 16 pairs: rounded a row at a time, transposed in registers, stored
+        // as 16 lines of pairs.
+        for (int64_t j0 = 0; j0 < wholeTiles; j0 += kBlock) {
+            U16 tile[kBlock];
+            for (int64_t r = 0; r < kBlock; ++r) {
+                if (r >= real) {
+                    tile[r] = U16 {};
+                    continue;
+                }
+                U16 lo, hi;
+                std::memcpy(&lo, w + (n0 + r) * K + 2 * j0, sizeof lo);
+                std::memcpy(&hi, w + (n0 + r) * K + 2 * j0 + kBlock, sizeof hi);
+                tile[r] = roundedPairs(lo, hi);
+                if (rows)
+                    std::memcpy(rows + (n0 + r) * K + 2 * j0, &tile[r], sizeof tile[r]);
+            }
+            transpose16(tile);
+            for (int64_t j = 0; j < kBlock; ++j)
+                if (width == kBlock) // one store (a copy of a variable length is a string move)
+                    std::memcpy(pairs + 2 * ((j0 + j) * np + n0), &tile[j], sizeof tile[j]);
+                else
+                    std::memcpy(pairs + 2 * ((j0 + j) * np + n0), &tile[j], static_cast<size_t>(width) * sizeof(uint32_t));
+        }
+        for (int64_t j = wholeTiles; j < half; ++j) // the last pairs, one at a time
+            for (int64_t r = 0; r < width; ++r) {
+                const uint32_t v = pairOf(n0 + r, j);
+                std::memcpy(pairs + 2 * (j * np + n0 + r), &v, sizeof v);
+                if (rows && r < real)
+                    std::memcpy(rows + (n0 + r) * K + 2 * j, &v, sizeof v);
+            }
+    }
 }
 
 // One row's element loops, each block (gate, state) a parameter of its own marked restrict (the
@@ -497,12 +580,33 @@ template <bool Bf16> CHATBENCH_INLINE void scaleRow(float* zr, uint16_t* zb, flo
 
 } // namespace
 
-CHATBENCH_CLONES double softmaxCrossEntropyRows(
-    int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum, uint16_t* zb)
+CHATBENCH_CLONES double crossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias,
+    const int64_t* target, int64_t* hits)
 {
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {
-        float* zr = z + row * V;
+        float* zr = z + row * ldz;
+        const float m = bias ? rowAddMax(zr, bias, V) : rowMax(zr, V);
+        const int64_t t = target[row];
+        const float zt = zr[t];
+        const float sum = sumExp<false>(zr, V, m);
+        loss += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(zt);
+        if (zt == m) { // a hit when no word before the target ties with it (argmax takes the first)
+            int64_t v = 0;
+            while (zr[v] != m)
+                ++v;
+            *hits += v == t ? 1 : 0;
+        }
+    }
+    return loss;
+}
+
+CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias,
+    const int64_t* target, float* colSum, uint16_t* zb)
+{
+    double loss = 0;
+    for (int64_t row = 0; row < n; ++row) {
+        float* zr = z + row * ldz;
         const float m = bias ? rowAddMax(zr, bias, V) : rowMax(zr, V);
         const float zt = zr[target[row]];
         const float sum = sumExp<true>(zr, V, m);

@@ -57,18 +57,30 @@ void addInto(float* dst, const float* src, int64_t n);
 // ATen converts it into a new float tensor first.
 void addBf16Into(float* dst, int64_t ldDst, const uint16_t* src, int64_t rows, int64_t cols);
 
+// As softmaxCrossEntropyRows, without the gradient (scoring): Σ −log softmax(z + bias)[target] over
+// the n rows, in double, and *hits += the rows whose target is the first largest logit (argmax's
+// choice); z holds z + bias after.
+double crossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target,
+    int64_t* hits);
+
+// w (N, K) fp32 row-major, K even, rounded to bf16 (as toBf16 rounds: to nearest even, as ATen's
+// conversion) twice over in one pass: `rows` (N, K) as w is laid out (null: not wanted), and
+// `pairs` (K/2, np, 2) as oneDNN's micro-kernel takes wᵀ, element [k/2][n][k%2] = w[n][k], with
+// zero columns N … np − 1 (np ≥ N). Each block of 16 rows is rounded, then moved from L1.
+void bf16RowsAndPairs(const float* w, int64_t N, int64_t K, int64_t np, uint16_t* rows, uint16_t* pairs);
+
 // log Σ e^z over the V logits z (max-shifted, summed in float lanes): the log-softmax's
 // normaliser, log p(v) = z[v] − logSumExp(z, V).
 double logSumExp(const float* z, int64_t V);
 
-// Softmax cross-entropy of n rows of V logits z + bias (row-major; bias (V) is added to each row
+// Softmax cross-entropy of n rows of V logits z + bias (row r at z + r·ldz, ldz ≥ V; bias (V) is added to each row
 // first, or nothing when null), in place: each row becomes softmax(z + bias) − onehot(target),
 // and is added to colSum (V); returns Σ −log softmax(z + bias)[target], in double. Three passes
 // per row (bias and max; exp and its sum; scale and column sum), each over one row in L1. With zb
 // (n × V bf16), the rows' softmax − onehot lands there instead, rounded to nearest even as ATen's
 // conversion rounds (z is left holding scratch): the bf16 products' operand without a pass of its
 // own.
-double softmaxCrossEntropyRows(int64_t n, int64_t V, float* z, const float* bias, const int64_t* target, float* colSum,
-    uint16_t* zb = nullptr);
+double softmaxCrossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target,
+    float* colSum, uint16_t* zb = nullptr);
 
 } // namespace chatbench::kernels

@@ -4,6 +4,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace chatbench {
 
@@ -14,9 +15,42 @@ using torch::autograd::tensor_list;
 
 // 128 rows of a 2–4k vocabulary are 1–2 MB of logits: one core's L2.
 constexpr int64_t kChunkRows = 128;
+constexpr int64_t kRowQuantum = 16; // divides kChunkRows
 // bf16 keeps the rows' p − onehot for the weight gradient's product in up to this many bytes
 // (every row of a step at the seed sizes), then makes the product and starts again.
 constexpr int64_t kBf16RowsBytes = int64_t(16) << 20;
+
+// hidden (N, H) fp32 as bf16 rows, with zero rows up to a multiple of `quantum`.
+torch::Tensor bf16Rows(const torch::Tensor& hidden, int64_t quantum)
+{
+    const int64_t N = hidden.size(0), padded = (N + quantum - 1) / quantum * quantum;
+    auto hb = torch::empty({ padded, hidden.size(1) }, hidden.options().dtype(torch::kBFloat16));
+    hb.narrow(0, 0, N).copy_(hidden);
+    hb.narrow(0, N, padded - N).zero_();
+    return hb;
+}
+
+// The rows WideProductBf16 runs for n rows: through the micro-kernel a multiple of
+// kRowQuantum (the rows after the last zero): it is generated (≈ 2 ms) for each row count it
+// meets, 8 counts then where every remainder of a chunk would be one more.
+int64_t rowQuantum(const WideProductBf16& project)
+{
+    return project.packed() ? kRowQuantum : 1;
+}
+
+int64_t productRows(const WideProductBf16& project, int64_t n)
+{
+    return (n + rowQuantum(project) - 1) / rowQuantum(project) * rowQuantum(project);
+}
+
+void checkTargets(const torch::Tensor& weight, const torch::Tensor& target)
+{
+    if (target.numel() > 0) { // the row kernels index by them: one pass for both bounds
+        const auto [lo, hi] = torch::aminmax(target);
+        TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < weight.size(0),
+            "projectedCrossEntropy: each target a row of the weight");
+    }
+}
 
 class ProjectedCrossEntropyFunction : public torch::autograd::Function<ProjectedCrossEntropyFunction> {
 public:
@@ -30,8 +64,14 @@ public:
         auto dWeight = N > 0 ? torch::empty({ V, H }, weight.options()) : torch::zeros({ V, H }, weight.options());
         auto dBias = torch::zeros({ V }, bias.options());
         const auto b = bias.contiguous();
-        const int64_t rows = std::min(N, kChunkRows);
-        auto logits = torch::empty({ rows, V }, hidden.options());
+        // bf16: the forward product through WideProductBf16, whose rows may be wider than V (the
+        // extra columns zero, never read), and as many rows as productRows says.
+        std::optional<WideProductBf16> project;
+        if (bf16)
+            project.emplace(weight);
+        const int64_t rows = project ? productRows(*project, std::min(N, kChunkRows)) : std::min(N, kChunkRows);
+        const int64_t ldz = project ? project->width() : V;
+        auto logits = torch::empty({ rows, ldz }, hidden.options());
         const auto targets = target.to(torch::kInt64).contiguous();
         const int64_t* tgt = targets.data_ptr<int64_t>();
         double loss = 0;
@@ -41,7 +81,7 @@ public:
         torch::Tensor hb, wb, zb;
         int64_t keptRows = 0, kept = 0, keptFrom = 0; // zb's rows; those filled; their first row
         if (bf16) {
-            hb = hidden.to(torch::kBFloat16);
+            hb = bf16Rows(hidden, rowQuantum(*project));
             wb = bf16Weight(weight);
             const int64_t fit = kBf16RowsBytes / static_cast<int64_t>(sizeof(uint16_t)) / std::max<int64_t>(V, 1);
             keptRows = std::min(N, std::max<int64_t>(1, fit / kChunkRows) * kChunkRows);
@@ -58,10 +98,10 @@ public:
         for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
             const int64_t n = std::min(kChunkRows, N - r0);
             auto h = hidden.narrow(0, r0, n); // (n, H)
-            auto z = logits.narrow(0, 0, n); // (n, V): logits, then p − onehot
+            auto z = logits.narrow(0, 0, n); // (n, ldz): logits, then p − onehot
             // h · Wᵀ; the bias is added by the row kernel, in its first pass.
             if (bf16)
-                gemmBf16(hb.narrow(0, r0, n), false, wb, true, 0.0f, z);
+                project->product(hb.narrow(0, r0, productRows(*project, n)), logits.narrow(0, 0, productRows(*project, n)));
             else
                 at::mm_out(z, h, weight.t());
             // Row by row: p − onehot, the loss and the bias gradient (three passes over each row
@@ -69,7 +109,7 @@ public:
             // over the chunk), in place, or in bf16 into the kept rows.
             if (bf16 && kept + n > keptRows)
                 flushKept();
-            loss += kernels::softmaxCrossEntropyRows(n, V, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0,
+            loss += kernels::softmaxCrossEntropyRows(n, V, ldz, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0,
                 dBias.data_ptr<float>(), bf16 ? reinterpret_cast<uint16_t*>(zb.data_ptr()) + kept * V : nullptr);
             auto dh = dHidden.narrow(0, r0, n);
             const bool first = r0 == 0;
@@ -114,12 +154,51 @@ torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Te
             && bias.scalar_type() == torch::kFloat32,
         "projectedCrossEntropy: fp32 hidden rows and weights");
     TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), "projectedCrossEntropy: one target per row");
-    if (target.numel() > 0) { // the row kernel indexes by them: one pass for both bounds
-        const auto [lo, hi] = torch::aminmax(target);
-        TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < weight.size(0),
-            "projectedCrossEntropy: each target a row of the weight");
-    }
+    checkTargets(weight, target);
     return ProjectedCrossEntropyFunction::apply(hidden, weight, bias, target, gemmType == torch::kBFloat16);
+}
+
+torch::Tensor projectedCrossEntropyScore(const torch::Tensor& hidden, const torch::Tensor& weight,
+    const torch::Tensor& bias, const torch::Tensor& target, torch::ScalarType gemmType, int64_t* hits)
+{
+    TORCH_CHECK(gemmType == torch::kFloat32 || gemmType == torch::kBFloat16,
+        "projectedCrossEntropyScore: fp32 or bf16 products");
+    TORCH_CHECK(hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32
+            && bias.scalar_type() == torch::kFloat32 && hidden.dim() == 2 && weight.dim() == 2
+            && hidden.size(1) == weight.size(1) && bias.numel() == weight.size(0),
+        "projectedCrossEntropyScore: fp32 hidden rows and weights of matching sizes");
+    TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), "projectedCrossEntropyScore: one target per row");
+    checkTargets(weight, target);
+    torch::NoGradGuard noGrad;
+    c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
+    const int64_t N = hidden.size(0), V = weight.size(0);
+    const auto h = hidden.contiguous(), w = weight.contiguous(), b = bias.contiguous();
+    const auto targets = target.to(torch::kInt64).contiguous();
+    std::optional<WideProductBf16> project;
+    torch::Tensor hb;
+    if (gemmType == torch::kBFloat16) {
+        project.emplace(w);
+        hb = bf16Rows(h, rowQuantum(*project));
+    }
+    const int64_t ldz = project ? project->width() : V;
+    auto logits = torch::empty(
+        { project ? productRows(*project, std::min(N, kChunkRows)) : std::min(N, kChunkRows), ldz }, h.options());
+    double loss = 0;
+    int64_t hit = 0;
+    for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
+        const int64_t n = std::min(kChunkRows, N - r0);
+        if (project)
+            project->product(hb.narrow(0, r0, productRows(*project, n)), logits.narrow(0, 0, productRows(*project, n)));
+        else {
+            auto z = logits.narrow(0, 0, n);
+            at::mm_out(z, h.narrow(0, r0, n), w.t());
+        }
+        loss += kernels::crossEntropyRows(n, V, ldz, logits.data_ptr<float>(), b.data_ptr<float>(),
+            targets.data_ptr<int64_t>() + r0, &hit);
+    }
+    if (hits)
+        *hits += hit;
+    return torch::tensor(loss, h.options());
 }
 
 } // namespace chatbench

@@ -18,4 +18,10 @@ namespace chatbench {
 torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
     const torch::Tensor& target, torch::ScalarType gemmType = torch::kFloat32);
 
+// Scoring (validation, no gradients): the same sum, the logits made and scored chunk by chunk as
+// above and never as one (N, V) tensor, and *hits += the rows whose target is their logits'
+// argmax (the first largest). bf16 runs the product on bf16 operands with fp32 sums.
+torch::Tensor projectedCrossEntropyScore(const torch::Tensor& hidden, const torch::Tensor& weight,
+    const torch::Tensor& bias, const torch::Tensor& target, torch::ScalarType gemmType, int64_t* hits);
+
 } // namespace chatbench

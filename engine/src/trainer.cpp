@@ -79,7 +79,11 @@ Validation validate(Session& s, const std::atomic<bool>* cancel, bool* cancelled
     };
     std::vector<double> sums(static_cast<size_t>(batches));
     std::vector<int64_t> hits(static_cast<size_t>(batches)), counts(static_cast<size_t>(batches));
-    if (const int64_t cores = evaluationCores(s.step, batches); cores > 1) {
+    const int64_t cores = evaluationCores(s.step, batches);
+    // bf16: the weights' forms made once for every batch (nothing changes them in between).
+    std::optional<StepBf16Weights> bf16Weights;
+    makeStepBf16Weights(s.step, cores, bf16Weights);
+    if (cores > 1) {
         // The batches side by side, the threads shared among them, and summed in batch order below: the result
         // does not depend on which finishes first. (No out-of-memory back-off here: inPasses changes
         // the stepper's pass size, which the lanes share; evaluationCores keeps devices that need it

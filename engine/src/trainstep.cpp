@@ -156,6 +156,14 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         if (training && !correct && s.model->maskedLstm()) // fp32 rows (bf16 autocast makes attention's bf16)
             return projectedCrossEntropy(hidden.to(torch::kFloat32), s.model->output->weight, s.model->output->bias,
                 target, s.model->gemmType());
+        if (!training && s.model->maskedLstm()) { // scoring on the CPU: chunk by chunk, no (N, V) logits
+            int64_t hits = 0;
+            auto sum = projectedCrossEntropyScore(hidden.to(torch::kFloat32), s.model->output->weight,
+                s.model->output->bias, target, s.model->gemmType(), &hits);
+            if (correct)
+                *correct = hits;
+            return sum;
+        }
         auto logits = s.model->output(hidden).to(torch::kFloat32); // (N, V)
         if (correct)
             *correct = (logits.argmax(-1) == target).sum().item<int64_t>();
@@ -420,6 +428,23 @@ void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(
             std::rethrow_exception(e);
 }
 
+// A bf16 step's weight forms (StepBf16Weights) into `forms`, made on `cores` of the caller's;
+// nothing in fp32.
+void makeStepBf16Weights(Stepper& s, int64_t cores, std::optional<StepBf16Weights>& forms)
+{
+    if (!s.model->maskedLstm() || s.model->gemmType() != torch::kBFloat16)
+        return;
+    std::vector<torch::Tensor> plain, recurrent;
+    for (auto* lstm : { &s.model->encoder, &s.model->decoder })
+        for (const auto& p : (*lstm)->named_parameters(/*recurse=*/false))
+            if (p.key().rfind("weight_ih", 0) == 0)
+                plain.push_back(p.value());
+            else if (p.key().rfind("weight_hh", 0) == 0)
+                recurrent.push_back(p.value());
+    forms.emplace(plain, recurrent, std::vector<torch::Tensor> { s.model->output->weight },
+        [&](int64_t tasks, const std::function<void(int64_t)>& task) { onCores(s, tasks, cores, task); });
+}
+
 int64_t evaluationCores(const Stepper& s, int64_t batches)
 {
     if (!s.device.is_cpu() || !s.model->maskedLstm() || s.beforePass || s.passRows > 0)
@@ -446,6 +471,7 @@ struct PartsOutcome {
     std::optional<double> gradSquares;
 };
 
+
 // The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
 // of its own, the gradients summed in slice order into the parameters' grad (the same sums as
 // one pass up to rounding, and the same every time: the slices and the order of the sums are
@@ -462,17 +488,7 @@ PartsOutcome lossInParts(Stepper& s, const Batch& batch, int64_t parts, double t
         // bf16: the weights' bf16 forms made once for the step, shared out among the lanes,
         // instead of by every lane in every pass.
         std::optional<StepBf16Weights> bf16Weights;
-        if (s.model->maskedLstm() && s.model->gemmType() == torch::kBFloat16) {
-            std::vector<torch::Tensor> plain { s.model->output->weight }, recurrent;
-            for (auto* lstm : { &s.model->encoder, &s.model->decoder })
-                for (const auto& p : (*lstm)->named_parameters(/*recurse=*/false))
-                    if (p.key().rfind("weight_ih", 0) == 0)
-                        plain.push_back(p.value());
-                    else if (p.key().rfind("weight_hh", 0) == 0)
-                        recurrent.push_back(p.value());
-            bf16Weights.emplace(plain, recurrent,
-                [&](int64_t tasks, const std::function<void(int64_t)>& task) { onCores(s, tasks, parts, task); });
-        }
+        makeStepBf16Weights(s, parts, bf16Weights);
         onCores(s, parts, parts, [&](int64_t k) {
             const size_t i = static_cast<size_t>(k);
             auto partSum = lossSum(s, rowStride(batch, k, parts), true, 1.0, nullptr);
@@ -646,6 +662,10 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
         sum = summed.loss;
         gradSquares = summed.gradSquares;
     } else {
+        // One pass (or, after running out of memory, several) on the caller's threads; bf16's
+        // weight forms made once for them all.
+        std::optional<StepBf16Weights> bf16Weights;
+        makeStepBf16Weights(s, 1, bf16Weights);
         inPasses(s, batch, restart, [&](const Batch& part) {
             auto partSum = lossSum(s, part, true, s.teacherForcing, nullptr);
             auto loss = partSum / tokens; // this pass's share of the batch's mean

@@ -4,6 +4,7 @@
 // times is what training does: the configured optimizer, clipping, precision and loss scaling.
 
 #include "batches.h"
+#include "cpugemm.h"
 #include "chatbench/config.h"
 #include "model.h"
 
@@ -12,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 namespace chatbench {
 
@@ -70,6 +72,10 @@ int64_t stepParts(const Stepper& s, const Batch& batch);
 // settings back afterwards; thread j takes tasks j, j + cores, … Rethrows the first task's error,
 // in task order, once all have ended.
 void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(int64_t)>& task);
+
+// The bf16 forms of the weights (StepBf16Weights) into `forms`, made on `cores` of the caller's,
+// for a bf16 training step or an evaluation: nothing where the products are fp32 or ATen's.
+void makeStepBf16Weights(Stepper& s, int64_t cores, std::optional<StepBf16Weights>& forms);
 
 // How many cores a CPU evaluation spreads `batches` batches over, one batch at a time each (1:
 // one batch after another, each operation spread over the cores).
