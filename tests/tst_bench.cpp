@@ -90,6 +90,13 @@ void TestBench::smallRunOnCpu()
     QCOMPARE(r.rows[5].unit, BenchUnit::TracedReply);
     QCOMPARE(r.rows[5].batch, 1);
     QVERIFY(!r.gemm.empty() && r.gemm[0].gflops > 0);
+    if (!cuda) {
+        // One ceiling per combination (the better of its two passes), and the one every row of
+        // the combination is a fraction of.
+        QCOMPARE(r.gemm.size(), size_t(1));
+        for (const auto& row : r.rows)
+            QCOMPARE(row.gemmFraction, row.gflops / r.gemm[0].gflops);
+    }
     QVERIFY(!r.races.empty());
     QCOMPARE(r.races[0].points.size(), size_t(2));
     QVERIFY(r.races[0].points[1].seconds > r.races[0].points[0].seconds);
