@@ -164,10 +164,10 @@ std::string bf16GemmDescription()
     switch (bf16GemmPath()) {
     case Bf16Gemm::Mkl:
         return std::string("products through MKL, summed in fp32")
-            + (bf16MicroKernel() ? " (the recurrent ones through oneDNN's micro-kernel on AMX tiles)" : "");
+            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through oneDNN's micro-kernel on AMX tiles)" : "");
     case Bf16Gemm::OneDnn:
         return std::string("products through oneDNN, summed in fp32 and rounded to bf16")
-            + (bf16MicroKernel() ? " (the recurrent ones through its micro-kernel, summed in fp32 unrounded)" : "");
+            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through its micro-kernel, summed in fp32 unrounded)" : "");
     case Bf16Gemm::Fp32: return "products in fp32 from the bf16 operands";
     }
     return {};
