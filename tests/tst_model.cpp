@@ -791,11 +791,17 @@ void TestModel::maskedLstmPassesEmptyRowsThrough()
             (all[k].index_select(0, rows) - two[k]).abs().max().item<double>() < 1e-6, qPrintable(QString::number(k)));
 }
 
-void TestModel::maskedModelTrainsLikeTorchModel_data()
+// The rows of a test run once with fp32 products and once with bf16 ones (column "bf16").
+static void precisionRows()
 {
     QTest::addColumn<bool>("bf16");
     QTest::newRow("fp32") << false;
     QTest::newRow("bf16 products") << true;
+}
+
+void TestModel::maskedModelTrainsLikeTorchModel_data()
+{
+    precisionRows();
 }
 
 void TestModel::maskedModelTrainsLikeTorchModel()
@@ -885,9 +891,7 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
 
 void TestModel::projectedScoreMatchesLinearCrossEntropy_data()
 {
-    QTest::addColumn<bool>("bf16");
-    QTest::newRow("fp32") << false;
-    QTest::newRow("bf16 products") << true;
+    precisionRows();
 }
 
 void TestModel::projectedScoreMatchesLinearCrossEntropy()
