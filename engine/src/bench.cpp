@@ -245,7 +245,7 @@ struct Bench {
     // first in the process measured 10–20% under what it gave a second later (1 thread 155–177
     // against 187–194 GFLOP/s, 2 threads 305–323 against 364–381, on a 2-core Xeon), however long
     // its own warm-up.
-    std::map<std::tuple<std::string, BenchPrecision, int>, double> ceilings;
+    std::map<std::tuple<std::string, BenchPrecision, int>, double> ceilings {};
 
     template <typename Combos, typename Threads> void measureCeilings(const Combos& combos, Threads&& threadsOf)
     {
