@@ -912,14 +912,16 @@ void TestModel::projectedScoreMatchesLinearCrossEntropy()
     // The reference from the operands the products take (bf16: rounded first), in double.
     const auto hr = bf16 ? h.to(torch::kBFloat16).to(torch::kFloat32) : h;
     const auto wr = bf16 ? w.to(torch::kBFloat16).to(torch::kFloat32) : w;
-    const auto logits = torch::nn::functional::linear(hr.to(torch::kDouble), wr.to(torch::kDouble), b.to(torch::kDouble));
-    const double ref = torch::nn::functional::cross_entropy(logits, t,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+    const auto logits
+        = torch::nn::functional::linear(hr.to(torch::kDouble), wr.to(torch::kDouble), b.to(torch::kDouble));
+    const double ref = torch::nn::functional::cross_entropy(
+        logits, t, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                           .item<double>();
     const int64_t refHits = (logits.argmax(-1) == t).sum().item<int64_t>();
     QCOMPARE((logits.argmax(-1).narrow(0, 0, 80) == 3).sum().item<int64_t>(), int64_t(80));
     int64_t hits = 0;
-    const double mine = projectedCrossEntropyScore(h, w, b, t, bf16 ? torch::kBFloat16 : torch::kFloat32, &hits)
-                            .item<double>();
+    const double mine
+        = projectedCrossEntropyScore(h, w, b, t, bf16 ? torch::kBFloat16 : torch::kFloat32, &hits).item<double>();
     QVERIFY2(std::abs(mine - ref) < 1e-5 * std::abs(ref), qPrintable(QString("%1 against %2").arg(mine).arg(ref)));
     QCOMPARE(hits, refHits);
     QVERIFY(hits >= 40);
@@ -967,8 +969,8 @@ void TestModel::softmaxRowsInBf16AreTheFp32RowsRounded()
         auto a = z.narrow(0, r, 1).clone(), b = z.narrow(0, r, 1).clone();
         auto c1 = torch::zeros({ V }), c2 = torch::zeros({ V });
         auto out = torch::empty({ 1, V }, torch::kBFloat16);
-        lossFinite32 += kernels::softmaxCrossEntropyRows(1, V, V, a.data_ptr<float>(), bias.data_ptr<float>(),
-            target.data_ptr<int64_t>() + r, c1.data_ptr<float>());
+        lossFinite32 += kernels::softmaxCrossEntropyRows(
+            1, V, V, a.data_ptr<float>(), bias.data_ptr<float>(), target.data_ptr<int64_t>() + r, c1.data_ptr<float>());
         lossFinite16 += kernels::softmaxCrossEntropyRows(1, V, V, b.data_ptr<float>(), bias.data_ptr<float>(),
             target.data_ptr<int64_t>() + r, c2.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()));
         QVERIFY(torch::equal(out.view(torch::kInt16), a.to(torch::kBFloat16).view(torch::kInt16)));
@@ -1031,13 +1033,14 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
     const auto [alone1, alone2] = products();
     std::vector<int> runs;
     {
-        const StepBf16Weights step({ plainW }, { recurrentW }, {}, [&](int64_t tasks, const std::function<void(int64_t)>& task) {
-            runs.assign(static_cast<size_t>(tasks), 0);
-            for (int64_t k = tasks - 1; k >= 0; --k) { // any order
-                task(k);
-                ++runs[static_cast<size_t>(k)];
-            }
-        });
+        const StepBf16Weights step(
+            { plainW }, { recurrentW }, {}, [&](int64_t tasks, const std::function<void(int64_t)>& task) {
+                runs.assign(static_cast<size_t>(tasks), 0);
+                for (int64_t k = tasks - 1; k >= 0; --k) { // any order
+                    task(k);
+                    ++runs[static_cast<size_t>(k)];
+                }
+            });
         // The recurrent weight laid out twice for the micro-kernel, else as a bf16 copy.
         QCOMPARE(runs.size(), size_t(bf16MicroKernel() ? 3 : 2));
         QCOMPARE(step.find(recurrentW, 1).defined(), bf16MicroKernel());
@@ -1052,10 +1055,11 @@ void TestModel::stepBf16WeightsAreMadeOnceAndMatch()
         {
             // A second training's step in the same process (the window's Compare while it trains):
             // both steps' forms are found while both live, and the first's after the second ends.
-            const StepBf16Weights second({ other }, {}, {}, [](int64_t tasks, const std::function<void(int64_t)>& task) {
-                for (int64_t k = 0; k < tasks; ++k)
-                    task(k);
-            });
+            const StepBf16Weights second(
+                { other }, {}, {}, [](int64_t tasks, const std::function<void(int64_t)>& task) {
+                    for (int64_t k = 0; k < tasks; ++k)
+                        task(k);
+                });
             const auto s1 = bf16Weight(other), s2 = bf16Weight(other);
             QCOMPARE(s1.data_ptr(), s2.data_ptr());
             QCOMPARE(bf16Weight(plainW).data_ptr(), w1.data_ptr());
@@ -1113,8 +1117,8 @@ void TestModel::bf16RowsAndPairsAreAtensRounding()
     // and values that round up into the next binade included. Shapes with whole 16 × 16 tiles,
     // partial ones, and none.
     torch::manual_seed(14);
-    for (const auto& [N, K, np] : { std::tuple<int64_t, int64_t, int64_t> { 37, 70, 48 }, { 32, 64, 32 },
-             { 5, 6, 16 }, { 40, 200, 41 } }) {
+    for (const auto& [N, K, np] :
+        { std::tuple<int64_t, int64_t, int64_t> { 37, 70, 48 }, { 32, 64, 32 }, { 5, 6, 16 }, { 40, 200, 41 } }) {
         auto w = torch::randn({ N, K }) * 3;
         w[0][0] = std::numeric_limits<float>::quiet_NaN();
         w[N - 1][K - 1] = -std::numeric_limits<float>::infinity();

@@ -164,10 +164,14 @@ std::string bf16GemmDescription()
     switch (bf16GemmPath()) {
     case Bf16Gemm::Mkl:
         return std::string("products through MKL, summed in fp32")
-            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through oneDNN's micro-kernel on AMX tiles)" : "");
+            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through oneDNN's "
+                                   "micro-kernel on AMX tiles)"
+                                 : "");
     case Bf16Gemm::OneDnn:
         return std::string("products through oneDNN, summed in fp32 and rounded to bf16")
-            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through its micro-kernel, summed in fp32 unrounded)" : "");
+            + (bf16MicroKernel() ? " (the recurrent ones and the output projection's forward through its micro-kernel, "
+                                   "summed in fp32 unrounded)"
+                                 : "");
     case Bf16Gemm::Fp32: return "products in fp32 from the bf16 operands";
     }
     return {};
@@ -255,8 +259,8 @@ torch::Tensor inPairs(const torch::Tensor& w, bool transposed, int64_t np)
 {
     if (transposed && w.scalar_type() == torch::kFloat32 && w.is_contiguous()) { // one pass of the engine's
         auto pairs = torch::empty({ w.size(1) / 2, np, 2 }, w.options().dtype(torch::kBFloat16));
-        kernels::bf16RowsAndPairs(w.data_ptr<float>(), w.size(0), w.size(1), np, nullptr,
-            reinterpret_cast<uint16_t*>(pairs.data_ptr()));
+        kernels::bf16RowsAndPairs(
+            w.data_ptr<float>(), w.size(0), w.size(1), np, nullptr, reinterpret_cast<uint16_t*>(pairs.data_ptr()));
         return pairs;
     }
     const auto wb = w.to(torch::kBFloat16).contiguous();
@@ -346,7 +350,8 @@ bool microKernelFits(int64_t k, int64_t n, int64_t numel)
 } // namespace
 
 StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const std::vector<torch::Tensor>& recurrent,
-    const std::vector<torch::Tensor>& wide, const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
+    const std::vector<torch::Tensor>& wide,
+    const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
 {
     for (const auto& w : plain)
         m_entries.push_back({ w, 0, {} });

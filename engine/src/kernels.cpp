@@ -284,7 +284,8 @@ CHATBENCH_CLONES void bf16RowsAndPairs(
                 if (width == kBlock) // one store (a copy of a variable length is a string move)
                     std::memcpy(pairs + 2 * ((j0 + j) * np + n0), &tile[j], sizeof tile[j]);
                 else
-                    std::memcpy(pairs + 2 * ((j0 + j) * np + n0), &tile[j], static_cast<size_t>(width) * sizeof(uint32_t));
+                    std::memcpy(
+                        pairs + 2 * ((j0 + j) * np + n0), &tile[j], static_cast<size_t>(width) * sizeof(uint32_t));
         }
         for (int64_t j = wholeTiles; j < half; ++j) // the last pairs, one at a time
             for (int64_t r = 0; r < width; ++r) {
@@ -580,8 +581,8 @@ template <bool Bf16> CHATBENCH_INLINE void scaleRow(float* zr, uint16_t* zb, flo
 
 } // namespace
 
-CHATBENCH_CLONES double crossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias,
-    const int64_t* target, int64_t* hits)
+CHATBENCH_CLONES double crossEntropyRows(
+    int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target, int64_t* hits)
 {
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {
@@ -601,8 +602,8 @@ CHATBENCH_CLONES double crossEntropyRows(int64_t n, int64_t V, int64_t ldz, floa
     return loss;
 }
 
-CHATBENCH_CLONES double softmaxCrossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias,
-    const int64_t* target, float* colSum, uint16_t* zb)
+CHATBENCH_CLONES double softmaxCrossEntropyRows(
+    int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target, float* colSum, uint16_t* zb)
 {
     double loss = 0;
     for (int64_t row = 0; row < n; ++row) {

@@ -60,8 +60,8 @@ void addBf16Into(float* dst, int64_t ldDst, const uint16_t* src, int64_t rows, i
 // As softmaxCrossEntropyRows, without the gradient (scoring): Σ −log softmax(z + bias)[target] over
 // the n rows, in double, and *hits += the rows whose target is the first largest logit (argmax's
 // choice); z holds z + bias after.
-double crossEntropyRows(int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target,
-    int64_t* hits);
+double crossEntropyRows(
+    int64_t n, int64_t V, int64_t ldz, float* z, const float* bias, const int64_t* target, int64_t* hits);
 
 // w (N, K) fp32 row-major, K even, rounded to bf16 (as toBf16 rounds: to nearest even, as ATen's
 // conversion) twice over in one pass: `rows` (N, K) as w is laid out (null: not wanted), and

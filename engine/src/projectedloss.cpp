@@ -101,7 +101,8 @@ public:
             auto z = logits.narrow(0, 0, n); // (n, ldz): logits, then p − onehot
             // h · Wᵀ; the bias is added by the row kernel, in its first pass.
             if (bf16)
-                project->product(hb.narrow(0, r0, productRows(*project, n)), logits.narrow(0, 0, productRows(*project, n)));
+                project->product(
+                    hb.narrow(0, r0, productRows(*project, n)), logits.narrow(0, 0, productRows(*project, n)));
             else
                 at::mm_out(z, h, weight.t());
             // Row by row: p − onehot, the loss and the bias gradient (three passes over each row
@@ -167,7 +168,8 @@ torch::Tensor projectedCrossEntropyScore(const torch::Tensor& hidden, const torc
             && bias.scalar_type() == torch::kFloat32 && hidden.dim() == 2 && weight.dim() == 2
             && hidden.size(1) == weight.size(1) && bias.numel() == weight.size(0),
         "projectedCrossEntropyScore: fp32 hidden rows and weights of matching sizes");
-    TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), "projectedCrossEntropyScore: one target per row");
+    TORCH_CHECK(
+        target.dim() == 1 && target.size(0) == hidden.size(0), "projectedCrossEntropyScore: one target per row");
     checkTargets(weight, target);
     torch::NoGradGuard noGrad;
     c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
@@ -193,8 +195,8 @@ torch::Tensor projectedCrossEntropyScore(const torch::Tensor& hidden, const torc
             auto z = logits.narrow(0, 0, n);
             at::mm_out(z, h.narrow(0, r0, n), w.t());
         }
-        loss += kernels::crossEntropyRows(n, V, ldz, logits.data_ptr<float>(), b.data_ptr<float>(),
-            targets.data_ptr<int64_t>() + r0, &hit);
+        loss += kernels::crossEntropyRows(
+            n, V, ldz, logits.data_ptr<float>(), b.data_ptr<float>(), targets.data_ptr<int64_t>() + r0, &hit);
     }
     if (hits)
         *hits += hit;

@@ -471,7 +471,6 @@ struct PartsOutcome {
     std::optional<double> gradSquares;
 };
 
-
 // The loss and gradients of `batch` as `parts` row slices, each forward and backward on a thread
 // of its own, the gradients summed in slice order into the parameters' grad (the same sums as
 // one pass up to rounding, and the same every time: the slices and the order of the sums are

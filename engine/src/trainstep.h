@@ -4,8 +4,8 @@
 // times is what training does: the configured optimizer, clipping, precision and loss scaling.
 
 #include "batches.h"
-#include "cpugemm.h"
 #include "chatbench/config.h"
+#include "cpugemm.h"
 #include "model.h"
 
 #include <c10/core/thread_pool.h>
