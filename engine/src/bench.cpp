@@ -251,6 +251,8 @@ struct Bench {
     {
         for (int pass = 0; pass < 2 && !cancelled(); ++pass)
             for (const auto& c : combos) {
+                if (cancelled())
+                    break;
                 const int threads = threadsOf(c);
                 torch::set_num_threads(threads);
                 setTf32(c.precision == BenchPrecision::TF32);
