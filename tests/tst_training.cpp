@@ -99,6 +99,7 @@ private Q_SLOTS:
     void resumeEqualsUninterruptedRun();
     void resumeKeepsTheLossScaleState();
     void validationAndEarlyStopping();
+    void validationOnCoresMatchesOneCore_data();
     void validationOnCoresMatchesOneCore();
     void bestWeightsAreThoseOfTheBestEpoch();
     void userErrors();
@@ -504,13 +505,23 @@ void TestTraining::validationAndEarlyStopping()
     QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
 }
 
+void TestTraining::validationOnCoresMatchesOneCore_data()
+{
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("fp32") << false;
+    // bf16's validation shares the weights' forms among the cores that score its batches.
+    QTest::newRow("bf16 products") << true;
+}
+
 // On two cores validation runs its batches side by side: the same loss and accuracy as one batch
 // after another on one core, up to rounding.
 void TestTraining::validationOnCoresMatchesOneCore()
 {
+    QFETCH(bool, bf16);
     const int before = environmentInfo().threads;
     const Corpus corpus = corpusWithValidation();
     TrainConfig cfg = smallConfig();
+    cfg.precision = bf16 ? Precision::BF16 : Precision::FP32;
     cfg.validationFraction = 0.5;
     cfg.batchSize = 2; // several validation batches (and training steps too small to split)
     cfg.epochs = 3;
@@ -518,7 +529,8 @@ void TestTraining::validationOnCoresMatchesOneCore()
     std::vector<TrainResult> results;
     for (int threads : { 1, 2 }) {
         cfg.threads = threads;
-        results.push_back(train(cfg, corpus, m_dir.filePath("cores" + QString::number(threads)).toStdString()));
+        results.push_back(train(cfg, corpus,
+            m_dir.filePath((bf16 ? "cores-bf16-" : "cores-") + QString::number(threads)).toStdString()));
     }
     setThreads(before);
     const auto &one = results[0].history, &two = results[1].history;
