@@ -30,9 +30,9 @@ torch::Tensor bf16Rows(const torch::Tensor& hidden, int64_t quantum)
     return hb;
 }
 
-// The rows WideProductBf16 runs for n rows: through the micro-kernel a multiple of
-// kRowQuantum (the rows after the last zero): it is generated (≈ 2 ms) for each row count it
-// meets, 8 counts then where every remainder of a chunk would be one more.
+// The rows WideProductBf16 runs at a time: through the micro-kernel, multiples of kRowQuantum
+// (zero rows after the last), since it is generated (≈ 2 ms) for each row count it meets: 8 row
+// counts, where every remainder of a chunk would be one more.
 int64_t rowQuantum(const WideProductBf16& project)
 {
     return project.packed() ? kRowQuantum : 1;
