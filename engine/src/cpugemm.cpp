@@ -353,8 +353,15 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
     const std::vector<torch::Tensor>& wide,
     const std::function<void(int64_t, const std::function<void(int64_t)>&)>& share)
 {
+    // A task per entry (its first and last entry), but one for both forms of a wide weight: the
+    // bf16 copy and the layout come from one pass over it.
+    std::vector<std::pair<size_t, size_t>> tasks;
+    auto add = [&](const torch::Tensor& w, int form) {
+        m_entries.push_back({ w, form, {} });
+        tasks.emplace_back(m_entries.size() - 1, m_entries.size() - 1);
+    };
     for (const auto& w : plain)
-        m_entries.push_back({ w, 0, {} });
+        add(w, 0);
     // Each product's form as RecurrentProductBf16 takes it: laid out for the micro-kernel (wᵀ for
     // the forward pass, w for the backward), or the bf16 copy where it does not fit.
     for (const auto& w : recurrent) {
@@ -363,26 +370,19 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
         const bool forward = microKernelFits(w.size(1), w.size(0), w.numel()),
                    backward = microKernelFits(w.size(0), w.size(1), w.numel());
         if (forward)
-            m_entries.push_back({ w, 1, {} });
+            add(w, 1);
         if (backward)
-            m_entries.push_back({ w, 2, {} });
+            add(w, 2);
         if (!forward || !backward)
-            m_entries.push_back({ w, 0, {} });
+            add(w, 0);
     }
-    // A task per entry, but one for both forms of a wide weight: the bf16 copy and the layout come
-    // from one pass over it.
-    const size_t single = m_entries.size();
     for (const auto& w : wide) {
-        m_entries.push_back({ w, 0, {} });
+        add(w, 0);
         if (w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous()
-            && microKernelFits(w.size(1), w.size(0), w.numel()))
+            && microKernelFits(w.size(1), w.size(0), w.numel())) {
             m_entries.push_back({ w, 1, {} });
-    }
-    std::vector<std::pair<size_t, size_t>> tasks; // entries [first, last]
-    for (size_t i = 0; i < m_entries.size(); ++i) {
-        const bool both = i >= single && i + 1 < m_entries.size() && m_entries[i + 1].form == 1;
-        tasks.emplace_back(i, both ? i + 1 : i);
-        i += both ? 1 : 0;
+            tasks.back().second = m_entries.size() - 1;
+        }
     }
     share(static_cast<int64_t>(tasks.size()), [this, &tasks](int64_t k) {
         torch::NoGradGuard noGrad; // operands, not part of any graph (each lane's thread has its own mode)
