@@ -215,6 +215,7 @@ private Q_SLOTS:
     void fastDecoderMatchesTheModules();
     void repliesCapTheirThreads();
     void logSumExpMatchesDouble();
+    void sumSquaresMatchesDouble();
     void cellElementsMatchDoubleAtEveryWidth();
     void maxAbsDiffIsTheTensorExpression();
     void panelProductsMatchDouble();
@@ -234,10 +235,13 @@ private Q_SLOTS:
     void softmaxRowsInBf16AreTheFp32RowsRounded();
     void lstmStepsInBf16AreTheFp32StepsRounded();
     void stepBf16WeightsAreMadeOnceAndMatch();
+    void projectedLossOverRowsIsTheLossOfThoseRows_data();
+    void projectedLossOverRowsIsTheLossOfThoseRows();
     void projectedScoreMatchesLinearCrossEntropy_data();
     void projectedScoreMatchesLinearCrossEntropy();
     void wideProductWritesWholeRowsInFp32();
     void bf16RowsAndPairsAreAtensRounding();
+    void gatheredBf16RowsAreAtensRounding();
     void bf16ProductsSumInFp32_data();
     void bf16ProductsSumInFp32();
     void packedRecurrentProductMatchesMm();
@@ -419,6 +423,25 @@ void TestModel::logSumExpMatchesDouble()
         const double got = kernels::logSumExp(z.data_ptr<float>(), V);
         QVERIFY2(std::abs(got - expected) <= 1e-6 * std::max(1.0, std::abs(expected)), qPrintable(QString::number(V)));
     }
+}
+
+void TestModel::sumSquaresMatchesDouble()
+{
+    // Gradient clipping's sum of squares against a sum in double, over lengths that leave every
+    // remainder of the 64 partial sums and of the 4096-float blocks; the same floats give the same
+    // sum every time.
+    torch::manual_seed(5);
+    for (int64_t n : { 0, 1, 63, 64, 65, 4095, 4096, 4097, 4096 * 3 + 129, 100003 }) {
+        const auto x = torch::randn({ n }) * 1e-2;
+        const double expected = x.to(torch::kFloat64).square().sum().item<double>();
+        const double got = kernels::sumSquares(x.data_ptr<float>(), n);
+        QVERIFY2(std::abs(got - expected) <= 1e-6 * expected, qPrintable(QString::number(n)));
+        QCOMPARE(kernels::sumSquares(x.data_ptr<float>(), n), got);
+    }
+    // Big values stay finite: each float partial sums at most 64 squares, the rest is in double.
+    std::vector<float> big(4096, 1e18f);
+    const double square = static_cast<double>(1e18f) * static_cast<double>(1e18f);
+    QVERIFY(std::abs(kernels::sumSquares(big.data(), 4096) - 4096 * square) <= 1e-6 * 4096 * square);
 }
 
 void TestModel::cellElementsMatchDoubleAtEveryWidth()
@@ -889,6 +912,48 @@ void TestModel::projectedLossMatchesLinearCrossEntropy()
         QVERIFY2(dh > 1e-6, qPrintable(got));
 }
 
+void TestModel::projectedLossOverRowsIsTheLossOfThoseRows_data()
+{
+    precisionRows();
+}
+
+void TestModel::projectedLossOverRowsIsTheLossOfThoseRows()
+{
+    // The training step's loss gathers the real positions' rows itself: the same floats as the
+    // loss over index_select's copy of them (the same products of the same rows), and the
+    // gradient lands in the named rows of the states, every other row zero. 300 of 420 rows in a
+    // shuffled order: two full chunks of 128 and a partial one.
+    QFETCH(bool, bf16);
+    const auto type = bf16 ? torch::kBFloat16 : torch::kFloat32;
+    torch::manual_seed(16);
+    const int64_t M = 420, N = 300, H = 16, V = 37;
+    const auto states = torch::randn({ M, H }), w = torch::randn({ V, H }) * 0.3, b = torch::randn({ V });
+    const auto rows = torch::randperm(M, torch::kInt64).narrow(0, 0, N).contiguous();
+    const auto t = torch::randint(0, V, { N }, torch::kInt64);
+    auto s1 = states.clone().requires_grad_(), w1 = w.clone().requires_grad_(), b1 = b.clone().requires_grad_();
+    auto ref = projectedCrossEntropy(s1.index_select(0, rows), w1, b1, t, type);
+    (ref * 0.5).backward();
+    auto s2 = states.clone().requires_grad_(), w2 = w.clone().requires_grad_(), b2 = b.clone().requires_grad_();
+    auto mine = projectedCrossEntropy(s2, rows, w2, b2, t, type);
+    (mine * 0.5).backward();
+    QCOMPARE(mine.item<double>(), ref.item<double>());
+    QVERIFY(torch::equal(s2.grad(), s1.grad()));
+    QVERIFY(torch::equal(w2.grad(), w1.grad()));
+    QVERIFY(torch::equal(b2.grad(), b1.grad()));
+    auto unnamed = torch::ones({ M }, torch::kBool);
+    unnamed.index_fill_(0, rows, false);
+    QVERIFY(unnamed.sum().item<int64_t>() == M - N);
+    QCOMPARE(s2.grad().index({ unnamed }).abs().sum().item<double>(), 0.0);
+    QVERIFY(s2.grad().index_select(0, rows).abs().sum().item<double>() > 0);
+    // A row named twice, or one past the states, is refused.
+    auto twice = rows.clone();
+    twice[5] = twice[9].item<int64_t>();
+    QVERIFY_THROWS_EXCEPTION(c10::Error, projectedCrossEntropy(states, twice, w, b, t, type));
+    auto outside = rows.clone();
+    outside[0] = M;
+    QVERIFY_THROWS_EXCEPTION(c10::Error, projectedCrossEntropy(states, outside, w, b, t, type));
+}
+
 void TestModel::projectedScoreMatchesLinearCrossEntropy_data()
 {
     precisionRows();
@@ -1139,6 +1204,27 @@ void TestModel::bf16RowsAndPairsAreAtensRounding()
         QVERIFY(torch::equal(pairs.isnan(), refPairs.isnan()));
         QVERIFY(torch::equal(pairs.masked_fill(pairs.isnan(), 0).view(torch::kInt16),
             refPairs.masked_fill(refPairs.isnan(), 0).contiguous().view(torch::kInt16)));
+    }
+}
+
+void TestModel::gatheredBf16RowsAreAtensRounding()
+{
+    // The LSTM's bf16 input rows, gathered and rounded in one pass, are index_select then ATen's
+    // conversion bit for bit, at widths with and without a vector tail, rows repeated and in any order.
+    torch::manual_seed(15);
+    for (int64_t width : { 1, 15, 16, 200, 203 }) {
+        auto x = torch::randn({ 9, width }) * 3;
+        x[2][0] = std::numeric_limits<float>::quiet_NaN();
+        x[4][width - 1] = std::numeric_limits<float>::infinity();
+        x[7][width / 2] = std::nextafter(2.0f, 0.0f);
+        const auto rows = torch::tensor({ 7, 2, 2, 0, 8, 4 }, torch::kInt64);
+        auto out = torch::full({ rows.numel(), width }, -1.0f).to(torch::kBFloat16);
+        kernels::gatherBf16Rows(x.data_ptr<float>(), width, rows.data_ptr<int64_t>(), rows.numel(),
+            reinterpret_cast<uint16_t*>(out.data_ptr()));
+        const auto ref = x.index_select(0, rows).to(torch::kBFloat16);
+        QVERIFY(torch::equal(out.isnan(), ref.isnan()));
+        QVERIFY(torch::equal(out.masked_fill(out.isnan(), 0).view(torch::kInt16),
+            ref.masked_fill(ref.isnan(), 0).view(torch::kInt16)));
     }
 }
 

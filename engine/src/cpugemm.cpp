@@ -398,6 +398,12 @@ StepBf16Weights::StepBf16Weights(const std::vector<torch::Tensor>& plain, const 
             return;
         }
         const bool transposed = e.form == 1;
+        if (e.form == 0 && e.source.scalar_type() == torch::kFloat32 && e.source.is_contiguous()) {
+            e.made = torch::empty_like(e.source, e.source.options().dtype(torch::kBFloat16));
+            kernels::roundBf16(
+                e.source.data_ptr<float>(), e.source.numel(), reinterpret_cast<uint16_t*>(e.made.data_ptr()));
+            return;
+        }
         e.made = e.form == 0 ? e.source.to(torch::kBFloat16)
                              : inPairs(e.source, transposed, paddedWidth(e.source.size(transposed ? 0 : 1)));
     });

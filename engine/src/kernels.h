@@ -69,6 +69,14 @@ double crossEntropyRows(
 // zero columns N … np − 1 (np ≥ N). Each block of 16 rows is rounded, then moved from L1.
 void bf16RowsAndPairs(const float* w, int64_t N, int64_t K, int64_t np, uint16_t* rows, uint16_t* pairs);
 
+// out (n) = x (n) rounded to bf16 as toBf16 rounds (to nearest even, as ATen's conversion), in
+// the CPU's widest vectors (ATen's conversion runs in AVX2 here).
+void roundBf16(const float* x, int64_t n, uint16_t* out);
+
+// out (n, width) bf16 = the rows `rows` of x (row r at x + rows[r]·width), rounded as toBf16
+// rounds (to nearest even, as ATen's conversion): a gather and the conversion in one pass.
+void gatherBf16Rows(const float* x, int64_t width, const int64_t* rows, int64_t n, uint16_t* out);
+
 // log Σ e^z over the V logits z (max-shifted, summed in float lanes): the log-softmax's
 // normaliser, log p(v) = z[v] − logSumExp(z, V).
 double logSumExp(const float* z, int64_t V);

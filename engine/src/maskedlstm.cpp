@@ -129,7 +129,16 @@ public:
         const int64_t B = x.size(0), T = x.size(1), I = x.size(2), H = wHh.size(1);
         const Packing p = Packing::make(lengths, B, T);
         const int64_t N = p.N;
-        auto xp = x.contiguous().view({ B * T, I }).index_select(0, p.flat); // (N, I): the real steps only
+        // (N, I): the real steps only; in bf16 gathered and rounded in one pass (kept for dWih).
+        const auto xc = x.contiguous();
+        torch::Tensor xp;
+        if (bf16) {
+            xp = torch::empty({ N, I }, x.options().dtype(torch::kBFloat16));
+            kernels::gatherBf16Rows(
+                xc.data_ptr<float>(), I, p.flat.data_ptr<int64_t>(), N, reinterpret_cast<uint16_t*>(xp.data_ptr()));
+        } else {
+            xp = xc.view({ B * T, I }).index_select(0, p.flat);
+        }
         const auto bias = bIh + bHh;
         // The input projection of every real step at once: (N, I) × (I, 4H).
         torch::Tensor gates; // (N, 4H) fp32
@@ -142,7 +151,6 @@ public:
         cstates.narrow(0, 0, B).copy_(c0.index_select(0, p.orderT));
         gates = repeatedRow(bias, N, 4 * H);
         if (bf16) {
-            xp = xp.to(torch::kBFloat16); // kept for dWih in the backward pass
             if (N > 0)
                 gemmBf16(xp, false, bf16Weight(wIh), true, 1.0f, gates);
             recurrentB.emplace(wHh, /*transposed=*/true);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 namespace chatbench {
 
@@ -52,14 +53,102 @@ void checkTargets(const torch::Tensor& weight, const torch::Tensor& target)
     }
 }
 
+// The rows of `states` a loss is over: `rows` (N) int64, distinct, or all of them in order
+// (undefined). chunk() gives rows [r0, r0 + n) as a (n, H) fp32 tensor (a view, or gathered
+// into a buffer that stays in L1), bf16() all N rounded in one pass.
+class LossRows {
+public:
+    LossRows(const torch::Tensor& states, const torch::Tensor& rows)
+        : m_states(states)
+        , m_rows(rows)
+        , m_index(rows.defined() ? rows.data_ptr<int64_t>() : nullptr)
+        , m_n(rows.defined() ? rows.numel() : states.size(0))
+        , m_h(states.size(1))
+    {
+        if (m_index)
+            m_buffer = torch::empty({ std::min(m_n, kChunkRows), m_h }, states.options());
+    }
+    int64_t size() const { return m_n; }
+    bool gathered() const { return m_index != nullptr; }
+    torch::Tensor chunk(int64_t r0, int64_t n) const
+    {
+        if (!m_index)
+            return m_states.narrow(0, r0, n);
+        const float* src = m_states.data_ptr<float>();
+        float* dst = m_buffer.data_ptr<float>();
+        for (int64_t r = 0; r < n; ++r)
+            std::copy_n(src + m_index[r0 + r] * m_h, m_h, dst + r * m_h);
+        return m_buffer.narrow(0, 0, n);
+    }
+    // (N rounded up to a multiple of `quantum`, H) bf16, the rows after N zero.
+    torch::Tensor bf16(int64_t quantum) const
+    {
+        if (!m_index)
+            return bf16Rows(m_states, quantum);
+        const int64_t padded = (m_n + quantum - 1) / quantum * quantum;
+        auto hb = torch::empty({ padded, m_h }, m_states.options().dtype(torch::kBFloat16));
+        kernels::gatherBf16Rows(
+            m_states.data_ptr<float>(), m_h, m_index, m_n, reinterpret_cast<uint16_t*>(hb.data_ptr()));
+        hb.narrow(0, m_n, padded - m_n).zero_();
+        return hb;
+    }
+    // The gradient with respect to `states`: rows [r0, r0 + n) of dh land in their states' rows
+    // (gathered: every other row zero; see zeroOthers).
+    torch::Tensor gradient() const
+    {
+        return torch::empty({ m_states.size(0), m_h }, m_states.options());
+    }
+    // Where chunk [r0, r0 + n)'s dh is written: grad's rows, or a buffer that put() scatters.
+    torch::Tensor dhTarget(torch::Tensor& grad, int64_t r0, int64_t n)
+    {
+        if (!m_index)
+            return grad.narrow(0, r0, n);
+        if (!m_dh.defined())
+            m_dh = torch::empty({ std::min(m_n, kChunkRows), m_h }, m_states.options());
+        return m_dh.narrow(0, 0, n);
+    }
+    void put(torch::Tensor& grad, int64_t r0, int64_t n) const
+    {
+        if (!m_index)
+            return;
+        const float* src = m_dh.data_ptr<float>();
+        float* dst = grad.data_ptr<float>();
+        for (int64_t r = 0; r < n; ++r)
+            std::copy_n(src + r * m_h, m_h, dst + m_index[r0 + r] * m_h);
+    }
+    // The rows of grad no loss row names, zeroed (gathered only).
+    void zeroOthers(torch::Tensor& grad) const
+    {
+        if (!m_index)
+            return;
+        std::vector<bool> named(static_cast<size_t>(m_states.size(0)), false);
+        for (int64_t r = 0; r < m_n; ++r)
+            named[static_cast<size_t>(m_index[r])] = true;
+        float* g = grad.data_ptr<float>();
+        for (int64_t row = 0; row < m_states.size(0); ++row)
+            if (!named[static_cast<size_t>(row)])
+                std::fill_n(g + row * m_h, m_h, 0.0f);
+    }
+
+private:
+    torch::Tensor m_states, m_rows;
+    const int64_t* m_index;
+    int64_t m_n, m_h;
+    torch::Tensor m_buffer, m_dh;
+};
+
 class ProjectedCrossEntropyFunction : public torch::autograd::Function<ProjectedCrossEntropyFunction> {
 public:
-    static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-        const torch::Tensor& bias, const torch::Tensor& target, bool bf16)
+    // rows: the distinct rows the loss is over (gather), or every row of `states` (rows unused:
+    // autograd takes no undefined tensor among a function's inputs).
+    static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& states, const torch::Tensor& rows,
+        const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& target, bool bf16, bool gather)
     {
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
-        const int64_t N = hidden.size(0), H = hidden.size(1), V = weight.size(0);
-        auto dHidden = torch::empty({ N, H }, hidden.options());
+        LossRows hidden(states, gather ? rows : torch::Tensor());
+        const int64_t N = hidden.size(), H = states.size(1), V = weight.size(0);
+        auto dStates = hidden.gradient();
+        hidden.zeroOthers(dStates);
         // Written by the first chunk's product, added to by the others (zeros only when N = 0).
         auto dWeight = N > 0 ? torch::empty({ V, H }, weight.options()) : torch::zeros({ V, H }, weight.options());
         auto dBias = torch::zeros({ V }, bias.options());
@@ -69,9 +158,9 @@ public:
         std::optional<WideProductBf16> project;
         if (bf16)
             project.emplace(weight);
-        const int64_t rows = project ? productRows(*project, std::min(N, kChunkRows)) : std::min(N, kChunkRows);
+        const int64_t chunkRows = project ? productRows(*project, std::min(N, kChunkRows)) : std::min(N, kChunkRows);
         const int64_t ldz = project ? project->width() : V;
-        auto logits = torch::empty({ rows, ldz }, hidden.options());
+        auto logits = torch::empty({ chunkRows, ldz }, states.options());
         const auto targets = target.to(torch::kInt64).contiguous();
         const int64_t* tgt = targets.data_ptr<int64_t>();
         double loss = 0;
@@ -81,11 +170,11 @@ public:
         torch::Tensor hb, wb, zb;
         int64_t keptRows = 0, kept = 0, keptFrom = 0; // zb's rows; those filled; their first row
         if (bf16) {
-            hb = bf16Rows(hidden, rowQuantum(*project));
+            hb = hidden.bf16(rowQuantum(*project));
             wb = bf16Weight(weight);
             const int64_t fit = kBf16RowsBytes / static_cast<int64_t>(sizeof(uint16_t)) / std::max<int64_t>(V, 1);
             keptRows = std::min(N, std::max<int64_t>(1, fit / kChunkRows) * kChunkRows);
-            zb = torch::empty({ keptRows, V }, hidden.options().dtype(torch::kBFloat16));
+            zb = torch::empty({ keptRows, V }, states.options().dtype(torch::kBFloat16));
         }
         auto flushKept = [&] { // dWeight (+)= the kept rows' product
             if (kept == 0)
@@ -97,14 +186,16 @@ public:
         };
         for (int64_t r0 = 0; r0 < N; r0 += kChunkRows) {
             const int64_t n = std::min(kChunkRows, N - r0);
-            auto h = hidden.narrow(0, r0, n); // (n, H)
             auto z = logits.narrow(0, 0, n); // (n, ldz): logits, then p − onehot
             // h · Wᵀ; the bias is added by the row kernel, in its first pass.
-            if (bf16)
+            torch::Tensor h; // (n, H) fp32, the chunk's rows
+            if (bf16) {
                 project->product(
                     hb.narrow(0, r0, productRows(*project, n)), logits.narrow(0, 0, productRows(*project, n)));
-            else
+            } else {
+                h = hidden.chunk(r0, n);
                 at::mm_out(z, h, weight.t());
+            }
             // Row by row: p − onehot, the loss and the bias gradient (three passes over each row
             // while it is in L1, where log-softmax, gather, exp, scatter and a column sum took five
             // over the chunk), in place, or in bf16 into the kept rows.
@@ -112,7 +203,7 @@ public:
                 flushKept();
             loss += kernels::softmaxCrossEntropyRows(n, V, ldz, z.data_ptr<float>(), b.data_ptr<float>(), tgt + r0,
                 dBias.data_ptr<float>(), bf16 ? reinterpret_cast<uint16_t*>(zb.data_ptr()) + kept * V : nullptr);
-            auto dh = dHidden.narrow(0, r0, n);
+            auto dh = hidden.dhTarget(dStates, r0, n);
             const bool first = r0 == 0;
             if (bf16) {
                 auto zbChunk = zb.narrow(0, kept, n);
@@ -125,11 +216,12 @@ public:
                 else
                     dWeight.addmm_(z.t(), h);
             }
+            hidden.put(dStates, r0, n);
         }
         if (bf16)
             flushKept();
-        ctx->save_for_backward({ dHidden, dWeight, dBias });
-        return torch::tensor(loss, hidden.options());
+        ctx->save_for_backward({ dStates, dWeight, dBias });
+        return torch::tensor(loss, states.options());
     }
 
     static tensor_list backward(AutogradContext* ctx, tensor_list grads)
@@ -140,7 +232,7 @@ public:
         // allocated and filled each step.
         for (auto& t : saved)
             t.mul_(g);
-        return { saved[0], saved[1], saved[2], torch::Tensor(), torch::Tensor() };
+        return { saved[0], torch::Tensor(), saved[1], saved[2], torch::Tensor(), torch::Tensor(), torch::Tensor() };
     }
 };
 
@@ -149,14 +241,34 @@ public:
 torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
     const torch::Tensor& target, torch::ScalarType gemmType)
 {
+    return projectedCrossEntropy(hidden.contiguous(), torch::Tensor(), weight, bias, target, gemmType);
+}
+
+torch::Tensor projectedCrossEntropy(const torch::Tensor& states, const torch::Tensor& rows, const torch::Tensor& weight,
+    const torch::Tensor& bias, const torch::Tensor& target, torch::ScalarType gemmType)
+{
     TORCH_CHECK(
         gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "projectedCrossEntropy: fp32 or bf16 products");
-    TORCH_CHECK(hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32
-            && bias.scalar_type() == torch::kFloat32,
-        "projectedCrossEntropy: fp32 hidden rows and weights");
-    TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), "projectedCrossEntropy: one target per row");
+    TORCH_CHECK(states.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32
+            && bias.scalar_type() == torch::kFloat32 && states.dim() == 2 && states.is_contiguous(),
+        "projectedCrossEntropy: fp32 hidden rows (contiguous) and weights");
+    const int64_t n = rows.defined() ? rows.numel() : states.size(0);
+    TORCH_CHECK(target.dim() == 1 && target.size(0) == n, "projectedCrossEntropy: one target per row");
+    if (rows.defined()) {
+        TORCH_CHECK(rows.dim() == 1 && rows.scalar_type() == torch::kInt64 && rows.is_contiguous(),
+            "projectedCrossEntropy: rows (N) int64");
+        std::vector<bool> seen(static_cast<size_t>(states.size(0)), false);
+        const int64_t* r = rows.data_ptr<int64_t>();
+        for (int64_t k = 0; k < n; ++k) {
+            TORCH_CHECK(r[k] >= 0 && r[k] < states.size(0) && !seen[static_cast<size_t>(r[k])],
+                "projectedCrossEntropy: distinct rows of the hidden states");
+            seen[static_cast<size_t>(r[k])] = true;
+        }
+    }
     checkTargets(weight, target);
-    return ProjectedCrossEntropyFunction::apply(hidden, weight, bias, target, gemmType == torch::kBFloat16);
+    const auto all = torch::empty({ 0 }, torch::kInt64);
+    return ProjectedCrossEntropyFunction::apply(
+        states, rows.defined() ? rows : all, weight, bias, target, gemmType == torch::kBFloat16, rows.defined());
 }
 
 torch::Tensor projectedCrossEntropyScore(const torch::Tensor& hidden, const torch::Tensor& weight,

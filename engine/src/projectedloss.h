@@ -17,6 +17,12 @@ namespace chatbench {
 // fp32. Autocast is ignored either way.
 torch::Tensor projectedCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
     const torch::Tensor& target, torch::ScalarType gemmType = torch::kFloat32);
+// The same over the rows `rows` (N, int64, distinct) of states (M, H, contiguous): the sum over
+// states.index_select(0, rows) without that copy (each chunk's rows gathered while it is made, in
+// bf16 gathered and rounded in one pass), and the gradient with respect to states written
+// straight into its rows, the rows not named zero.
+torch::Tensor projectedCrossEntropy(const torch::Tensor& states, const torch::Tensor& rows, const torch::Tensor& weight,
+    const torch::Tensor& bias, const torch::Tensor& target, torch::ScalarType gemmType);
 
 // Scoring (validation, no gradients): the same sum, the logits made and scored chunk by chunk as
 // above and never as one (N, V) tensor, and *hits += the rows whose target is their logits'
