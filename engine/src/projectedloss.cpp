@@ -26,7 +26,8 @@ torch::Tensor bf16Rows(const torch::Tensor& hidden, int64_t quantum)
 {
     const int64_t N = hidden.size(0), padded = (N + quantum - 1) / quantum * quantum;
     auto hb = torch::empty({ padded, hidden.size(1) }, hidden.options().dtype(torch::kBFloat16));
-    hb.narrow(0, 0, N).copy_(hidden);
+    const auto h = hidden.contiguous();
+    kernels::roundBf16(h.data_ptr<float>(), h.numel(), reinterpret_cast<uint16_t*>(hb.data_ptr()));
     hb.narrow(0, N, padded - N).zero_();
     return hb;
 }
@@ -53,23 +54,29 @@ void checkTargets(const torch::Tensor& weight, const torch::Tensor& target)
     }
 }
 
-// The rows of `states` a loss is over: `rows` (N) int64, distinct, or all of them in order
-// (undefined). chunk() gives rows [r0, r0 + n) as a (n, H) fp32 tensor (a view, or gathered
+// The rows of `states` a loss is over: `rows` (N) int64, distinct (checked), or all of them in
+// order (undefined). chunk() gives rows [r0, r0 + n) as a (n, H) fp32 tensor (a view, or gathered
 // into a buffer that stays in L1), bf16() all N rounded in one pass.
 class LossRows {
 public:
     LossRows(const torch::Tensor& states, const torch::Tensor& rows)
         : m_states(states)
-        , m_rows(rows)
         , m_index(rows.defined() ? rows.data_ptr<int64_t>() : nullptr)
         , m_n(rows.defined() ? rows.numel() : states.size(0))
         , m_h(states.size(1))
     {
-        if (m_index)
-            m_buffer = torch::empty({ std::min(m_n, kChunkRows), m_h }, states.options());
+        if (!m_index)
+            return;
+        m_named.assign(static_cast<size_t>(states.size(0)), false);
+        for (int64_t r = 0; r < m_n; ++r) {
+            TORCH_CHECK(m_index[r] >= 0 && m_index[r] < states.size(0) && !m_named[static_cast<size_t>(m_index[r])],
+                "projectedCrossEntropy: distinct rows of the hidden states");
+            m_named[static_cast<size_t>(m_index[r])] = true;
+        }
+        m_buffer = torch::empty({ std::min(m_n, kChunkRows), m_h }, states.options());
+        m_dh = torch::empty({ std::min(m_n, kChunkRows), m_h }, states.options());
     }
     int64_t size() const { return m_n; }
-    bool gathered() const { return m_index != nullptr; }
     torch::Tensor chunk(int64_t r0, int64_t n) const
     {
         if (!m_index)
@@ -92,20 +99,21 @@ public:
         hb.narrow(0, m_n, padded - m_n).zero_();
         return hb;
     }
-    // The gradient with respect to `states`: rows [r0, r0 + n) of dh land in their states' rows
-    // (gathered: every other row zero; see zeroOthers).
+    // The gradient with respect to `states`, to be filled by put(): gathered, the rows no loss
+    // row names are zero.
     torch::Tensor gradient() const
     {
-        return torch::empty({ m_states.size(0), m_h }, m_states.options());
+        auto grad = torch::empty({ m_states.size(0), m_h }, m_states.options());
+        float* g = grad.data_ptr<float>();
+        for (size_t row = 0; row < m_named.size(); ++row)
+            if (!m_named[row])
+                std::fill_n(g + static_cast<int64_t>(row) * m_h, m_h, 0.0f);
+        return grad;
     }
     // Where chunk [r0, r0 + n)'s dh is written: grad's rows, or a buffer that put() scatters.
-    torch::Tensor dhTarget(torch::Tensor& grad, int64_t r0, int64_t n)
+    torch::Tensor dhTarget(torch::Tensor& grad, int64_t r0, int64_t n) const
     {
-        if (!m_index)
-            return grad.narrow(0, r0, n);
-        if (!m_dh.defined())
-            m_dh = torch::empty({ std::min(m_n, kChunkRows), m_h }, m_states.options());
-        return m_dh.narrow(0, 0, n);
+        return m_index ? m_dh.narrow(0, 0, n) : grad.narrow(0, r0, n);
     }
     void put(torch::Tensor& grad, int64_t r0, int64_t n) const
     {
@@ -116,24 +124,12 @@ public:
         for (int64_t r = 0; r < n; ++r)
             std::copy_n(src + r * m_h, m_h, dst + m_index[r0 + r] * m_h);
     }
-    // The rows of grad no loss row names, zeroed (gathered only).
-    void zeroOthers(torch::Tensor& grad) const
-    {
-        if (!m_index)
-            return;
-        std::vector<bool> named(static_cast<size_t>(m_states.size(0)), false);
-        for (int64_t r = 0; r < m_n; ++r)
-            named[static_cast<size_t>(m_index[r])] = true;
-        float* g = grad.data_ptr<float>();
-        for (int64_t row = 0; row < m_states.size(0); ++row)
-            if (!named[static_cast<size_t>(row)])
-                std::fill_n(g + row * m_h, m_h, 0.0f);
-    }
 
 private:
-    torch::Tensor m_states, m_rows;
+    torch::Tensor m_states;
     const int64_t* m_index;
     int64_t m_n, m_h;
+    std::vector<bool> m_named; // gathered: which rows of states the loss names
     torch::Tensor m_buffer, m_dh;
 };
 
@@ -148,7 +144,6 @@ public:
         LossRows hidden(states, gather ? rows : torch::Tensor());
         const int64_t N = hidden.size(), H = states.size(1), V = weight.size(0);
         auto dStates = hidden.gradient();
-        hidden.zeroOthers(dStates);
         // Written by the first chunk's product, added to by the others (zeros only when N = 0).
         auto dWeight = N > 0 ? torch::empty({ V, H }, weight.options()) : torch::zeros({ V, H }, weight.options());
         auto dBias = torch::zeros({ V }, bias.options());
@@ -254,17 +249,8 @@ torch::Tensor projectedCrossEntropy(const torch::Tensor& states, const torch::Te
         "projectedCrossEntropy: fp32 hidden rows (contiguous) and weights");
     const int64_t n = rows.defined() ? rows.numel() : states.size(0);
     TORCH_CHECK(target.dim() == 1 && target.size(0) == n, "projectedCrossEntropy: one target per row");
-    if (rows.defined()) {
-        TORCH_CHECK(rows.dim() == 1 && rows.scalar_type() == torch::kInt64 && rows.is_contiguous(),
-            "projectedCrossEntropy: rows (N) int64");
-        std::vector<bool> seen(static_cast<size_t>(states.size(0)), false);
-        const int64_t* r = rows.data_ptr<int64_t>();
-        for (int64_t k = 0; k < n; ++k) {
-            TORCH_CHECK(r[k] >= 0 && r[k] < states.size(0) && !seen[static_cast<size_t>(r[k])],
-                "projectedCrossEntropy: distinct rows of the hidden states");
-            seen[static_cast<size_t>(r[k])] = true;
-        }
-    }
+    TORCH_CHECK(!rows.defined() || (rows.dim() == 1 && rows.scalar_type() == torch::kInt64 && rows.is_contiguous()),
+        "projectedCrossEntropy: rows (N) int64"); // distinct, each a row of states: LossRows checks
     checkTargets(weight, target);
     const auto all = torch::empty({ 0 }, torch::kInt64);
     return ProjectedCrossEntropyFunction::apply(

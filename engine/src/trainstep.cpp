@@ -149,13 +149,14 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         // Teacher forced: project and score only the real target tokens. With buckets of mixed
         // response lengths about half the (B, T) positions are padding, and the projection to the
         // vocabulary is the largest matrix product of the step.
-        auto top = s.model->decodeHidden(batch.input, enc.h, enc.c, enc).top; // (B, T, H)
+        auto top = s.model->decodeHidden(batch.input, enc.h, enc.c, enc).top;
+        top = top.reshape({ -1, top.size(-1) }); // (B·T, H)
         auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1).contiguous(); // (N) real positions
         auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
         if (training && !correct && s.model->maskedLstm()) // fp32 rows (bf16 autocast makes attention's bf16)
-            return projectedCrossEntropy(top.reshape({ -1, top.size(-1) }).to(torch::kFloat32).contiguous(),
-                rows.to(torch::kCPU), s.model->output->weight, s.model->output->bias, target, s.model->gemmType());
-        auto hidden = top.reshape({ -1, top.size(-1) }).index_select(0, rows); // (N, H)
+            return projectedCrossEntropy(top.to(torch::kFloat32).contiguous(), rows.to(torch::kCPU),
+                s.model->output->weight, s.model->output->bias, target, s.model->gemmType());
+        auto hidden = top.index_select(0, rows); // (N, H)
         if (!training && s.model->maskedLstm()) { // scoring on the CPU: chunk by chunk, no (N, V) logits
             int64_t hits = 0;
             auto sum = projectedCrossEntropyScore(hidden.to(torch::kFloat32), s.model->output->weight,
