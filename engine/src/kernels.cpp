@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 // Built for baseline x86-64 these loops are 4-wide SSE2; each also gets an AVX2 + FMA and an
 // AVX-512 build, the best one the CPU has picked once when the program loads (an ifunc). Not
