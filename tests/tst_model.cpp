@@ -228,6 +228,9 @@ private Q_SLOTS:
     void maskedLstmMatchesTorchLstm_data();
     void maskedLstmMatchesTorchLstm();
     void maskedLstmPassesEmptyRowsThrough();
+    void maskedLstmLooksUpItsOwnInputs_data();
+    void maskedLstmLooksUpItsOwnInputs();
+    void maskedLstmOutputsWithoutLengthsAreTimeMajor();
     void maskedModelTrainsLikeTorchModel_data();
     void maskedModelTrainsLikeTorchModel();
     void projectedLossMatchesLinearCrossEntropy_data();
@@ -812,6 +815,93 @@ void TestModel::maskedLstmPassesEmptyRowsThrough()
     for (size_t k = 0; k < all.size(); ++k)
         QVERIFY2(
             (all[k].index_select(0, rows) - two[k]).abs().max().item<double>() < 1e-6, qPrintable(QString::number(k)));
+}
+
+void TestModel::maskedLstmLooksUpItsOwnInputs_data()
+{
+    maskedLstmMatchesTorchLstm_data();
+}
+
+// The layer gathering its inputs from an embedding's weight gives the numbers of the layer fed
+// the lookup (sparseGradLookup, whose gradient is sparse too), bit for bit: outputs, final states
+// and every gradient, the weight's rows summed in the same order.
+void TestModel::maskedLstmLooksUpItsOwnInputs()
+{
+    QFETCH(bool, lengths);
+    QFETCH(bool, bf16);
+    torch::manual_seed(12);
+    const int64_t V = 30, B = 5, T = 6, I = 8, H = 4;
+    torch::nn::LSTM ref(torch::nn::LSTMOptions(I, H).batch_first(true));
+    auto p = ref->named_parameters();
+    // Repeated ids, the padding row inside and after each length, the last row.
+    auto ids = torch::tensor(
+        { 3, 7, 3, 0, 0, 0, 29, 1, 1, 1, 1, 5, 7, 7, 0, 2, 0, 0, 9, 3, 29, 3, 0, 0, 4, 0, 0, 0, 0, 0 }, torch::kInt64)
+                   .view({ B, T });
+    auto len = lengths ? torch::tensor({ 3, 6, 4, 5, 1 }, torch::kInt64) : torch::Tensor();
+    auto h0 = torch::randn({ B, H }), c0 = torch::randn({ B, H });
+    auto gy = torch::randn({ B, T, H }), gh = torch::randn({ B, H }), gc = torch::randn({ B, H });
+    const auto table = torch::randn({ V, I });
+    const auto gemm = bf16 ? torch::kBFloat16 : torch::kFloat32;
+    auto run = [&](bool lookup) {
+        auto w = table.clone().requires_grad_();
+        auto wih = p["weight_ih_l0"].detach().clone().requires_grad_();
+        const MaskedLstmOutput out = lookup ? maskedLstmLayer(LayerInput { w, ids, 0 }, h0, c0, wih, p["weight_hh_l0"],
+                                         p["bias_ih_l0"], p["bias_hh_l0"], len, gemm)
+                                            : maskedLstmLayer(sparseGradLookup(w, ids, 0), h0, c0, wih,
+                                                p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"], len, gemm);
+        ((out.outputs * gy).sum() + (out.h * gh).sum() + (out.c * gc).sum()).backward();
+        return std::vector<torch::Tensor> { out.outputs.detach(), out.h.detach(), out.c.detach(), w.grad(),
+            wih.grad() };
+    };
+    const auto ours = run(true), theirs = run(false);
+    QVERIFY(ours[3].is_sparse() && theirs[3].is_sparse()); // (the accumulated copies drop the coalesced mark)
+    QVERIFY(torch::equal(ours[3]._indices(), theirs[3]._indices())); // the padding row left out, as there
+    QCOMPARE((ours[3]._indices() == 0).sum().item<int64_t>(), int64_t(0));
+    QVERIFY(torch::equal(ours[3]._values(), theirs[3]._values()));
+    for (size_t k : { 0, 1, 2, 4 })
+        QVERIFY2(torch::equal(ours[k], theirs[k]), qPrintable(QString::number(k)));
+    // An id past the weight's rows is an error, not a read outside it.
+    auto w = table.clone().requires_grad_();
+    bool refused = false;
+    try {
+        maskedLstmLayer(LayerInput { w, torch::full({ B, T }, V, torch::kInt64), 0 }, h0, c0, p["weight_ih_l0"],
+            p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"], len, gemm);
+    } catch (const c10::Error& e) {
+        refused = std::string(e.what()).find("outside the embedding") != std::string::npos;
+    }
+    QVERIFY(refused);
+}
+
+// Without lengths the outputs are the layer's states seen batch-first (no copy); a second
+// layer reads them there, and every gradient comes out as from contiguous inputs.
+void TestModel::maskedLstmOutputsWithoutLengthsAreTimeMajor()
+{
+    torch::manual_seed(13);
+    const int64_t B = 3, T = 5, I = 4, H = 6;
+    torch::nn::LSTM ref(torch::nn::LSTMOptions(I, H).num_layers(2).batch_first(true));
+    auto p = ref->named_parameters();
+    auto x = torch::randn({ B, T, I }), gy = torch::randn({ B, T, H });
+    auto h0 = torch::zeros({ B, H });
+    auto run = [&](bool copyBetween) {
+        auto xm = x.clone().requires_grad_();
+        const auto one = maskedLstmLayer(
+            xm, h0, h0, p["weight_ih_l0"], p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"], torch::Tensor());
+        const auto between = copyBetween ? one.outputs.contiguous() : one.outputs;
+        const auto two = maskedLstmLayer(
+            between, h0, h0, p["weight_ih_l1"], p["weight_hh_l1"], p["bias_ih_l1"], p["bias_hh_l1"], torch::Tensor());
+        (two.outputs * gy).sum().backward();
+        return std::vector<torch::Tensor> { one.outputs.detach(), two.outputs.detach(), xm.grad() };
+    };
+    const auto view = run(false), copied = run(true);
+    QVERIFY(!view[0].is_contiguous() && view[0].transpose(0, 1).is_contiguous()); // time-major, not copied
+    for (size_t k = 0; k < view.size(); ++k)
+        QVERIFY2(torch::equal(view[k], copied[k]), qPrintable(QString::number(k)));
+    // And against torch::nn::LSTM's two layers.
+    auto xr = x.clone().requires_grad_();
+    auto [yr, state] = ref->forward(xr);
+    (yr * gy).sum().backward();
+    QVERIFY((view[1] - yr).abs().max().item<double>() < 1e-5);
+    QVERIFY((view[2] - xr.grad()).abs().max().item<double>() < 1e-5);
 }
 
 // The rows of a test run once with fp32 products and once with bf16 ones (column "bf16").
@@ -2101,6 +2191,12 @@ void TestModel::sparseLookupMatchesEmbedding()
     // Row 17 is read three times: its gradient, the three upstream rows summed in position order.
     const auto flat = upstream.view({ -1, E });
     QVERIFY(torch::equal(g._values()[4], flat[5] + flat[7] + flat[8]));
+    // The same gradient handed back time-major ((4, 3, E) seen as (3, 4, E), as the engine's LSTM
+    // layer hands it): read in place, the same sums in the same order.
+    const auto timeMajor = upstream.transpose(0, 1).contiguous().transpose(0, 1);
+    QVERIFY(!timeMajor.is_contiguous());
+    const auto gt = torch::autograd::grad({ sparseGradLookup(weight, ids, 0) }, { weight }, { timeMajor })[0];
+    QVERIFY(torch::equal(gt._indices(), g._indices()) && torch::equal(gt._values(), g._values()));
 
     // Several slices' gradients (and an uncoalesced one, as two lookups of one table leave it).
     auto a = sparseGradLookup(weight, torch::tensor({ 3, 9, 3 }), 0);

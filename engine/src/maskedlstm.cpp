@@ -2,6 +2,7 @@
 
 #include "cpugemm.h"
 #include "kernels.h"
+#include "sparselookup.h"
 
 #include <algorithm>
 #include <cstring>
@@ -116,28 +117,54 @@ torch::Tensor repeatedRow(const torch::Tensor& row, int64_t rows, int64_t width)
 }
 
 // Inputs: x, h0, c0, wIh, wHh, bIh, bHh, lengths ((B) int64 on the CPU, or empty = every row
-// fills all T steps), bf16 (every product on bf16 operands, fp32 sums). CPU, fp32, contiguous:
-// the element loops are kernels.cpp's.
+// fills all T steps), bf16 (every product on bf16 operands, fp32 sums), lookup, ids, paddingRow:
+// with lookup, x is an embedding's weight (V, I) and the layer's input is its rows at ids (B, T),
+// gathered straight into the packed rows; x's gradient is then sparse (sparseRowsGradient). CPU,
+// fp32: the element loops are kernels.cpp's.
 // Outputs: outputs (B, T, H), h (B, H), c (B, H).
 class MaskedLstmFunction : public torch::autograd::Function<MaskedLstmFunction> {
 public:
     static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& h0,
         const torch::Tensor& c0, const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh,
-        const torch::Tensor& bHh, const torch::Tensor& lengths, bool bf16)
+        const torch::Tensor& bHh, const torch::Tensor& lengths, bool bf16, bool lookup, const torch::Tensor& ids,
+        int64_t paddingRow)
     {
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
-        const int64_t B = x.size(0), T = x.size(1), I = x.size(2), H = wHh.size(1);
+        const int64_t B = (lookup ? ids : x).size(0), T = (lookup ? ids : x).size(1), I = x.size(-1), H = wHh.size(1);
         const Packing p = Packing::make(lengths, B, T);
         const int64_t N = p.N;
+        // Without lengths every row runs all T steps in its own order, so packed row t·B + b is
+        // (b, t): the rows are x time-major, and the outputs are the states buffer as it stands.
+        const bool timeMajor = lengths.numel() == 0;
         // (N, I): the real steps only; in bf16 gathered and rounded in one pass (kept for dWih).
-        const auto xc = x.contiguous();
+        // Time-major x (the outputs of a layer below) is read where it is; looked-up rows straight
+        // from the embedding.
+        const bool xTimeMajor = !lookup && timeMajor && x.transpose(0, 1).is_contiguous();
+        const auto xc = xTimeMajor ? x.transpose(0, 1) : x.contiguous();
         torch::Tensor xp;
-        if (bf16) {
+        torch::Tensor rowIds; // lookup: the embedding row of each packed row
+        if (lookup) {
+            rowIds = ids.reshape({ -1 }).to(torch::kInt64).index_select(0, p.flat);
+            const int64_t* r = rowIds.data_ptr<int64_t>();
+            const auto [lo, hi] = std::minmax_element(r, r + N);
+            TORCH_CHECK(N == 0 || (*lo >= 0 && *hi < x.size(0)), "maskedLstmLayer: an id outside the embedding's ",
+                x.size(0), " rows");
+        }
+        if (lookup && bf16) {
             xp = torch::empty({ N, I }, x.options().dtype(torch::kBFloat16));
             kernels::gatherBf16Rows(
-                xc.data_ptr<float>(), I, p.flat.data_ptr<int64_t>(), N, reinterpret_cast<uint16_t*>(xp.data_ptr()));
+                xc.data_ptr<float>(), I, rowIds.data_ptr<int64_t>(), N, reinterpret_cast<uint16_t*>(xp.data_ptr()));
+        } else if (lookup) {
+            xp = xc.index_select(0, rowIds);
+        } else if (bf16) {
+            xp = torch::empty({ N, I }, x.options().dtype(torch::kBFloat16));
+            if (xTimeMajor)
+                kernels::roundBf16(xc.data_ptr<float>(), N * I, reinterpret_cast<uint16_t*>(xp.data_ptr()));
+            else
+                kernels::gatherBf16Rows(
+                    xc.data_ptr<float>(), I, p.flat.data_ptr<int64_t>(), N, reinterpret_cast<uint16_t*>(xp.data_ptr()));
         } else {
-            xp = xc.view({ B * T, I }).index_select(0, p.flat);
+            xp = xTimeMajor ? xc.view({ N, I }) : xc.view({ B * T, I }).index_select(0, p.flat);
         }
         const auto bias = bIh + bHh;
         // The input projection of every real step at once: (N, I) × (I, 4H).
@@ -177,14 +204,26 @@ public:
             kernels::lstmForwardStep(n, H, g + at * 4 * H, cb + from * H, cb + (B + at) * H, tc + at * H,
                 hb + (B + at) * H, bf16 ? hB16 + (B + at) * H : nullptr);
         }
-        auto outputs = unpackRows(hb + B * H, H, B, T, p.len, p.flat, x.options());
+        // (B, T, H): time-major, a view of the states buffer (no copy); else unpacked batch-major.
+        const auto outputs = timeMajor ? states.narrow(0, B, N).view({ T, B, H }).transpose(0, 1)
+                                       : unpackRows(hb + B * H, H, B, T, p.len, p.flat, x.options()).view({ B, T, H });
+        // Gradients of outputs nobody read (the encoder's without attention, the decoder's final
+        // state) stay undefined rather than arrive as tensors of zeros to be read.
+        ctx->set_materialize_grads(false);
         // The backward pass reads the states only as operands of dWhh: bf16 keeps those.
         ctx->save_for_backward({ xp, wIh, wHh, bf16 ? statesB : states, cstates, gates, tanhC, p.flat, p.prev, p.orderT,
             torch::tensor(p.n, torch::TensorOptions().dtype(torch::kInt64)) });
         ctx->saved_data["bf16"] = bf16;
         ctx->saved_data["B"] = B;
         ctx->saved_data["T"] = T;
-        return { outputs.view({ B, T, H }), states.index_select(0, p.last), cstates.index_select(0, p.last) };
+        ctx->saved_data["timeMajor"] = timeMajor;
+        ctx->saved_data["lookup"] = lookup;
+        if (lookup) {
+            ctx->saved_data["ids"] = ids.reshape({ -1 }).to(torch::kInt64).contiguous();
+            ctx->saved_data["V"] = x.size(0);
+            ctx->saved_data["paddingRow"] = paddingRow;
+        }
+        return { outputs, states.index_select(0, p.last), cstates.index_select(0, p.last) };
     }
 
     static tensor_list backward(AutogradContext* ctx, tensor_list grads)
@@ -192,6 +231,7 @@ public:
         c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
         const bool bf16 = ctx->saved_data["bf16"].toBool();
         const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt();
+        const bool timeMajor = ctx->saved_data["timeMajor"].toBool();
         const auto saved = ctx->get_saved_variables();
         const auto &xp = saved[0], &wIh = saved[1], &wHh = saved[2], &states = saved[3], &cstates = saved[4],
                    &acts = saved[5], &tanhC = saved[6], &flat = saved[7], &prev = saved[8], &orderT = saved[9],
@@ -206,7 +246,8 @@ public:
         const auto f32 = cstates.options(); // xp and the states are bf16 in bf16 mode
         torch::Tensor gy; // (N, H): the outputs' gradient at the real steps
         if (grads[0].defined())
-            gy = grads[0].reshape({ B * T, H }).index_select(0, flat).contiguous();
+            gy = timeMajor ? grads[0].transpose(0, 1).contiguous().view({ N, H }) // no copy when time-major
+                           : grads[0].reshape({ B * T, H }).index_select(0, flat).contiguous();
         // dh, dc per sorted row: the final state's gradient until the row's last step is reached
         // going backwards, then the gradient with respect to the state before each step.
         auto dh = grads[1].defined() ? grads[1].index_select(0, orderT).contiguous() : torch::zeros({ B, H }, f32);
@@ -262,14 +303,39 @@ public:
             dWhh = at::mm(dgates.t(), prevStates); // (4H, H)
             dxp = at::mm(dgates, wIh); // (N, I)
         }
-        // Each row's real steps: sorted position j runs the steps whose n[t] exceeds j.
-        std::vector<int64_t> len(static_cast<size_t>(B), 0);
-        const int64_t* order = orderT.data_ptr<int64_t>();
-        for (int64_t t = 0; t < steps; ++t)
-            for (int64_t j = 0; j < n[static_cast<size_t>(t)]; ++j)
-                ++len[static_cast<size_t>(order[j])];
-        auto dx = unpackRows(dxp.contiguous().data_ptr<float>(), I, B, T, len, flat, f32).view({ B, T, I });
-        return { dx, dh0, dc0, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor() };
+        torch::Tensor dx;
+        if (ctx->saved_data["lookup"].toBool()) {
+            // The embedding's gradient: each position that ran, in the ids' order (b·T + t), adds its
+            // packed row of dxp, as sparseGradLookup's backward adds the rows of a (B, T, I) gradient.
+            const auto idsT = ctx->saved_data["ids"].toTensor();
+            const int64_t* idp = idsT.data_ptr<int64_t>();
+            const int64_t* f = flat.data_ptr<int64_t>();
+            std::vector<int64_t> rowOf(static_cast<size_t>(B * T), -1);
+            for (int64_t r = 0; r < N; ++r)
+                rowOf[static_cast<size_t>(f[r])] = r;
+            std::vector<int64_t> entryIds, at;
+            entryIds.reserve(static_cast<size_t>(N));
+            at.reserve(static_cast<size_t>(N));
+            for (int64_t pos = 0; pos < B * T; ++pos)
+                if (const int64_t r = rowOf[static_cast<size_t>(pos)]; r >= 0) {
+                    entryIds.push_back(idp[pos]);
+                    at.push_back(r);
+                }
+            dx = sparseRowsGradient(
+                entryIds, dxp.contiguous(), at, ctx->saved_data["V"].toInt(), ctx->saved_data["paddingRow"].toInt());
+        } else if (timeMajor) { // time-major like the outputs: dxp seen as (B, T, I), no copy
+            dx = dxp.view({ T, B, I }).transpose(0, 1);
+        } else {
+            // Each row's real steps: sorted position j runs the steps whose n[t] exceeds j.
+            std::vector<int64_t> len(static_cast<size_t>(B), 0);
+            const int64_t* order = orderT.data_ptr<int64_t>();
+            for (int64_t t = 0; t < steps; ++t)
+                for (int64_t j = 0; j < n[static_cast<size_t>(t)]; ++j)
+                    ++len[static_cast<size_t>(order[j])];
+            dx = unpackRows(dxp.contiguous().data_ptr<float>(), I, B, T, len, flat, f32).view({ B, T, I });
+        }
+        return { dx, dh0, dc0, dWih, dWhh, db, db.clone(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor() };
     }
 };
 
@@ -279,14 +345,29 @@ MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0
     const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
     const torch::Tensor& lengths, torch::ScalarType gemmType)
 {
+    return maskedLstmLayer(LayerInput { x, torch::Tensor(), -1 }, h0, c0, wIh, wHh, bIh, bHh, lengths, gemmType);
+}
+
+MaskedLstmOutput maskedLstmLayer(const LayerInput& in, const torch::Tensor& h0, const torch::Tensor& c0,
+    const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
+    const torch::Tensor& lengths, torch::ScalarType gemmType)
+{
+    const bool lookup = in.ids.defined();
+    const auto& x = in.x;
     TORCH_CHECK(gemmType == torch::kFloat32 || gemmType == torch::kBFloat16, "maskedLstmLayer: fp32 or bf16 products");
-    TORCH_CHECK(!lengths.defined() || (lengths.dim() == 1 && lengths.size(0) == x.size(0) && lengths.device().is_cpu()),
+    TORCH_CHECK(!lookup
+            || (in.ids.dim() == 2 && in.ids.device().is_cpu() && x.dim() == 2 && x.device().is_cpu()
+                && x.scalar_type() == torch::kFloat32),
+        "maskedLstmLayer: a lookup takes (B, T) ids and a (V, I) fp32 weight, on the CPU");
+    const int64_t B = (lookup ? in.ids : x).size(0);
+    TORCH_CHECK(!lengths.defined() || (lengths.dim() == 1 && lengths.size(0) == B && lengths.device().is_cpu()),
         "maskedLstmLayer: lengths (B) on the CPU");
     // fp32 in (its buffers and element loops are fp32), whatever a caller's autocast made of x.
     const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); };
-    const auto all = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kInt64)); // every step real
-    auto out = MaskedLstmFunction::apply(
-        f32(x), f32(h0), f32(c0), wIh, wHh, bIh, bHh, lengths.defined() ? lengths : all, gemmType == torch::kBFloat16);
+    const auto none = torch::empty({ 0 }, torch::TensorOptions().dtype(torch::kInt64)); // every step real; no ids
+    auto out = MaskedLstmFunction::apply(x.to(torch::kFloat32), f32(h0), f32(c0), // x in any layout (time-major too)
+        wIh, wHh, bIh, bHh, lengths.defined() ? lengths : none, gemmType == torch::kBFloat16, lookup,
+        lookup ? in.ids : none, in.paddingRow);
     return { out[0], out[1], out[2] };
 }
 

@@ -21,7 +21,10 @@
 namespace chatbench {
 
 struct MaskedLstmOutput {
-    torch::Tensor outputs; // (B, T, H) h at every step, zero past each sequence's length
+    // (B, T, H) h at every step, zero past each sequence's length. Without lengths it is stored
+    // time-major, (T, B, H) seen as (B, T, H): a view of the layer's own states, not a copy (so
+    // not contiguous where B and T exceed 1); its gradient may come in either layout.
+    torch::Tensor outputs;
     torch::Tensor h; // (B, H) h at each sequence's last real step (h0 where the length is 0)
     torch::Tensor c; // (B, H) c likewise
 };
@@ -31,6 +34,19 @@ struct MaskedLstmOutput {
 // kFloat32, or kBFloat16 for the products' operands (above). Runs outside autocast whatever
 // the caller's: the outputs are fp32 either way.
 MaskedLstmOutput maskedLstmLayer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0,
+    const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
+    const torch::Tensor& lengths, torch::ScalarType gemmType = torch::kFloat32);
+
+// A layer's input: x (B, T, I), or the rows of an embedding's weight x (V, I) at ids (B, T)
+// int64 on the CPU, gathered by the layer into its packed rows without the (B, T, I) tensor in
+// between. The weight's gradient is then sparse COO, coalesced, without row paddingRow (−1: none),
+// as sparseGradLookup's: where the caller keeps dense embedding gradients, it passes x looked up.
+struct LayerInput {
+    torch::Tensor x;
+    torch::Tensor ids; // undefined: x is the input itself
+    int64_t paddingRow = -1;
+};
+MaskedLstmOutput maskedLstmLayer(const LayerInput& input, const torch::Tensor& h0, const torch::Tensor& c0,
     const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh,
     const torch::Tensor& lengths, torch::ScalarType gemmType = torch::kFloat32);
 

@@ -44,16 +44,26 @@ Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg)
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Seq2SeqImpl::runMasked(torch::nn::LSTM& lstm,
-    const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& lengths)
+    torch::nn::Embedding& embedding, const torch::Tensor& ids, const torch::Tensor& h0, const torch::Tensor& c0,
+    const torch::Tensor& lengths)
 {
     auto params = lstm->named_parameters(/*recurse=*/false);
     std::vector<torch::Tensor> hs, cs;
-    auto in = x;
+    // The first layer looks its inputs up itself where nothing stands between it and the
+    // embedding (no dropout) and the embedding's gradient, if it takes one, may be sparse.
+    const auto& weight = embedding->weight;
+    const bool lookup = (m_cfg.dropout == 0 || !is_training()) && weight.device().is_cpu()
+        && weight.scalar_type() == torch::kFloat32
+        && (m_sparseEmbedding || !torch::GradMode::is_enabled() || !weight.requires_grad());
+    torch::Tensor in = lookup ? torch::Tensor() : dropout(embed(embedding, ids));
     for (int l = 0; l < m_cfg.layers; ++l) {
         const std::string k = "_l" + std::to_string(l);
         if (l > 0 && m_cfg.dropout > 0 && is_training()) // what nn::LSTM's dropout does between layers
             in = torch::dropout(in, m_cfg.dropout, /*train=*/true);
-        MaskedLstmOutput out = maskedLstmLayer(in, h0[l], c0[l], params["weight_ih" + k], params["weight_hh" + k],
+        const LayerInput layerIn = l == 0 && lookup
+            ? LayerInput { weight, ids.to(torch::kCPU), embedding->options.padding_idx().value_or(-1) }
+            : LayerInput { in, torch::Tensor(), -1 };
+        MaskedLstmOutput out = maskedLstmLayer(layerIn, h0[l], c0[l], params["weight_ih" + k], params["weight_hh" + k],
             params["bias_ih" + k], params["bias_hh" + k], lengths, m_gemmType);
         hs.push_back(out.h);
         cs.push_back(out.c);
@@ -72,10 +82,10 @@ torch::Tensor Seq2SeqImpl::embed(torch::nn::Embedding& embedding, const torch::T
 EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor& lengths)
 {
     EncoderOutput enc;
-    auto x = dropout(embed(encoderEmbedding, src)); // (B, S, E)
     if (m_maskedLstm) {
-        const auto zeros = torch::zeros({ m_cfg.layers, src.size(0), m_cfg.hidden }, x.options());
-        auto [out, h, c] = runMasked(encoder, x, zeros, zeros, lengths.to(torch::kCPU));
+        const auto zeros
+            = torch::zeros({ m_cfg.layers, src.size(0), m_cfg.hidden }, encoderEmbedding->weight.options());
+        auto [out, h, c] = runMasked(encoder, encoderEmbedding, src, zeros, zeros, lengths.to(torch::kCPU));
         enc.outputs = out;
         enc.h = h;
         enc.c = c;
@@ -85,6 +95,7 @@ EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor&
     }
     // Packed input: the LSTM stops at each sequence's own length, so h_n/c_n are the states at
     // the true last token and no padding step ever touches them.
+    auto x = dropout(embed(encoderEmbedding, src)); // (B, S, E)
     auto packed = rnn::pack_padded_sequence(x, lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);
     auto [outPacked, state] = encoder->forward_with_packed_input(packed);
     enc.outputs = std::get<0>(rnn::pad_packed_sequence(outPacked, /*batch_first=*/true, /*padding_value=*/0.0,
@@ -113,15 +124,15 @@ DecoderOutput Seq2SeqImpl::decodeHidden(
     const torch::Tensor& input, const torch::Tensor& h0, const torch::Tensor& c0, const EncoderOutput& enc)
 {
     DecoderOutput dec;
-    auto x = dropout(embed(decoderEmbedding, input)); // (B, T, E)
     torch::Tensor out; // (B, T, H)
     // One step at a time outside training (replies), nn::LSTM: the engine's layer prepares its
     // weights per call, which pays over a whole sequence, not per token.
     if (m_maskedLstm && (is_training() || input.size(1) > 1)) {
         // Padding after a response's end never reaches a real position (the decoder runs
         // forward in time), so no mask is needed; the final state of a padded row is unused.
-        std::tie(out, dec.h, dec.c) = runMasked(decoder, x, h0, c0, torch::Tensor());
+        std::tie(out, dec.h, dec.c) = runMasked(decoder, decoderEmbedding, input, h0, c0, torch::Tensor());
     } else {
+        auto x = dropout(embed(decoderEmbedding, input)); // (B, T, E)
         auto [o, state] = decoder->forward(x, std::make_tuple(h0, c0));
         out = o;
         dec.h = std::get<0>(state);

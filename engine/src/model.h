@@ -67,9 +67,11 @@ public:
     torch::nn::Dropout dropout { nullptr };
 
 private:
-    // Runs `lstm` layer by layer through maskedLstmLayer; returns top-layer outputs and (L, B, H) states.
-    std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> runMasked(torch::nn::LSTM& lstm, const torch::Tensor& x,
-        const torch::Tensor& h0, const torch::Tensor& c0, const torch::Tensor& lengths);
+    // Runs `lstm` layer by layer through maskedLstmLayer on embedding(ids); returns top-layer
+    // outputs and (L, B, H) states.
+    std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> runMasked(torch::nn::LSTM& lstm,
+        torch::nn::Embedding& embedding, const torch::Tensor& ids, const torch::Tensor& h0, const torch::Tensor& c0,
+        const torch::Tensor& lengths);
 
     // embedding(ids), through sparseGradLookup when sparse embedding gradients are on.
     torch::Tensor embed(torch::nn::Embedding& embedding, const torch::Tensor& ids);

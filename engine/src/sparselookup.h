@@ -17,6 +17,12 @@ namespace chatbench {
 // forward. Its gradient w.r.t. weight is sparse COO (V, E), coalesced, without row `paddingRow`.
 torch::Tensor sparseGradLookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t paddingRow);
 
+// The gradient of a lookup whose rows another operation took (an LSTM layer gathering its own
+// inputs): rows[at[k]] (rows (·, E) fp32, contiguous) added into row ids[k], in the order k runs,
+// row `paddingRow` left out; sparse COO (V, E), coalesced, as sparseGradLookup's.
+torch::Tensor sparseRowsGradient(const std::vector<int64_t>& ids, const torch::Tensor& rows,
+    const std::vector<int64_t>& at, int64_t V, int64_t paddingRow);
+
 // The rows of several sparse COO gradients of one (V, E) parameter (coalesced or not) added up:
 // one coalesced sparse gradient whose touched rows are sorted and each summed in the order the
 // parts, and the entries within each part, come. CPU fp32.

@@ -141,6 +141,21 @@ static Stepper makeStepperOn(const TrainConfig& cfg, const torch::Device& device
     return s;
 }
 
+namespace {
+
+// The decoder's states (B, T, H) as rows, and each real position's row (positions b·T + t):
+// the engine's LSTM layer leaves them time-major ((T, B, H) seen as (B, T, H)), and they are read
+// there, the positions renumbered t·B + b, rather than copied batch-major.
+std::pair<torch::Tensor, torch::Tensor> stateRows(const torch::Tensor& top, const torch::Tensor& positions)
+{
+    const int64_t B = top.size(0), T = top.size(1), H = top.size(2);
+    if (const auto timeMajor = top.transpose(0, 1); !top.is_contiguous() && timeMajor.is_contiguous())
+        return { timeMajor.view({ T * B, H }), positions.remainder(T) * B + positions.div(T, "floor") };
+    return { top.reshape({ B * T, H }), positions };
+}
+
+} // namespace
+
 torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teacherForcing, int64_t* correct)
 {
     AutocastScope autocast(s.device, s.precision);
@@ -149,14 +164,13 @@ torch::Tensor lossSum(Stepper& s, const Batch& batch, bool training, double teac
         // Teacher forced: project and score only the real target tokens. With buckets of mixed
         // response lengths about half the (B, T) positions are padding, and the projection to the
         // vocabulary is the largest matrix product of the step.
-        auto top = s.model->decodeHidden(batch.input, enc.h, enc.c, enc).top;
-        top = top.reshape({ -1, top.size(-1) }); // (B·T, H)
-        auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1).contiguous(); // (N) real positions
+        auto rows = batch.mask.reshape({ -1 }).nonzero().squeeze(1).contiguous(); // (N) real positions b·T + t
         auto target = batch.target.reshape({ -1 }).index_select(0, rows); // (N)
+        auto [top, at] = stateRows(s.model->decodeHidden(batch.input, enc.h, enc.c, enc).top, rows);
         if (training && !correct && s.model->maskedLstm()) // fp32 rows (bf16 autocast makes attention's bf16)
-            return projectedCrossEntropy(top.to(torch::kFloat32).contiguous(), rows.to(torch::kCPU),
+            return projectedCrossEntropy(top.to(torch::kFloat32).contiguous(), at.to(torch::kCPU),
                 s.model->output->weight, s.model->output->bias, target, s.model->gemmType());
-        auto hidden = top.index_select(0, rows); // (N, H)
+        auto hidden = top.index_select(0, at); // (N, H)
         if (!training && s.model->maskedLstm()) { // scoring on the CPU: chunk by chunk, no (N, V) logits
             int64_t hits = 0;
             auto sum = projectedCrossEntropyScore(hidden.to(torch::kFloat32), s.model->output->weight,
