@@ -142,9 +142,10 @@ public:
         const bool xTimeMajor = !lookup && timeMajor && x.transpose(0, 1).is_contiguous();
         const auto xc = xTimeMajor ? x.transpose(0, 1) : x.contiguous();
         torch::Tensor xp;
-        torch::Tensor rowIds; // lookup: the embedding row of each packed row
+        torch::Tensor idsFlat, rowIds; // lookup: the ids batch-first, and the embedding row of each packed row
         if (lookup) {
-            rowIds = ids.reshape({ -1 }).to(torch::kInt64).index_select(0, p.flat);
+            idsFlat = ids.reshape({ -1 }).to(torch::kInt64).contiguous();
+            rowIds = idsFlat.index_select(0, p.flat);
             const int64_t* r = rowIds.data_ptr<int64_t>();
             const auto [lo, hi] = std::minmax_element(r, r + N);
             TORCH_CHECK(N == 0 || (*lo >= 0 && *hi < x.size(0)), "maskedLstmLayer: an id outside the embedding's ",
@@ -219,7 +220,7 @@ public:
         ctx->saved_data["timeMajor"] = timeMajor;
         ctx->saved_data["lookup"] = lookup;
         if (lookup) {
-            ctx->saved_data["ids"] = ids.reshape({ -1 }).to(torch::kInt64).contiguous();
+            ctx->saved_data["ids"] = idsFlat;
             ctx->saved_data["V"] = x.size(0);
             ctx->saved_data["paddingRow"] = paddingRow;
         }

@@ -21,7 +21,9 @@ struct EncoderOutput {
 
 struct DecoderOutput {
     torch::Tensor logits; // (B, T, V); undefined from decodeHidden
-    torch::Tensor top; // (B, T, H) what the output projection reads (after dropout)
+    // (B, T, H) what the output projection reads (after dropout). From the engine's LSTM layer
+    // it may be stored time-major (a view of the layer's states): reshape it, not view.
+    torch::Tensor top;
     torch::Tensor h; // (L, B, H) state after the last step
     torch::Tensor c; // (L, B, H)
     torch::Tensor attention; // (B, T, S) when attention is on, else undefined
