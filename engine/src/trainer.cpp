@@ -251,6 +251,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         // Steps first: rows past state.json's step (a save cut short) are ignored by readers.
         appendRunSteps(s.runDir, unsavedSteps);
         unsavedSteps.clear();
+        settleOptimizer(s.step);
         saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     };
 

@@ -232,6 +232,7 @@ struct PlainRmsprop {
     std::vector<int64_t> gn; // its gradient's (n, or the touched rows' values)
     std::vector<const int64_t*> rows; // a sparse gradient's touched rows, sorted; null: dense
     std::vector<int64_t> width; // a sparse gradient's elements per row
+    std::vector<uint32_t*> owed; // a sparse gradient's table: the decays each row is owed
     std::vector<torch::optim::RMSpropParamState*> states;
     float alpha = 0, eps = 0, lr = 0;
 };
@@ -244,6 +245,40 @@ torch::optim::RMSprop* plainRmspropOptimizer(const Stepper& s)
         return nullptr;
     const auto& o = static_cast<const torch::optim::RMSpropOptions&>(rms->param_groups().front().options());
     return o.weight_decay() == 0 && o.momentum() == 0 && !o.centered() ? rms : nullptr;
+}
+
+// Multiplies a row's running squares by alpha `times` times, one rounding each, as that many
+// updates of a zero gradient would have.
+void payDecays(float* sa, int64_t width, float alpha, uint32_t& times)
+{
+    for (; times > 0; --times)
+        kernels::scaleSquares(sa, width, alpha);
+}
+
+void settle(Stepper::OwedDecays& d)
+{
+    const int64_t rows = static_cast<int64_t>(d.steps.size());
+    if (rows == 0)
+        return;
+    const int64_t width = d.squares.numel() / rows;
+    float* sa = d.squares.data_ptr<float>();
+    for (int64_t row = 0; row < rows; ++row)
+        payDecays(sa + row * width, width, d.alpha, d.steps[static_cast<size_t>(row)]);
+}
+
+// The decays owed to `squares` (a (rows, width) square_avg), made all zero on first use; what
+// was owed at another alpha is settled first.
+uint32_t* owedDecays(Stepper& s, const torch::Tensor& squares, float alpha)
+{
+    for (auto& d : s.owedDecays)
+        if (d.squares.is_same(squares)) {
+            if (d.alpha != alpha)
+                settle(d);
+            d.alpha = alpha;
+            return d.steps.data();
+        }
+    s.owedDecays.push_back({ squares, alpha, std::vector<uint32_t>(static_cast<size_t>(squares.size(0)), 0) });
+    return s.owedDecays.back().steps.data();
 }
 
 // The arrays of s's optimizer when it is a plain RMSprop (its state made where missing; a sparse
@@ -293,6 +328,12 @@ std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
     r.eps = static_cast<float>(o.eps());
     r.lr = static_cast<float>(o.lr());
     auto& state = rms->state();
+    // Decays owed to a state the optimizer no longer holds (loaded anew) are void.
+    std::erase_if(s.owedDecays, [&](const Stepper::OwedDecays& d) {
+        return std::none_of(state.begin(), state.end(), [&](const auto& kv) {
+            return static_cast<const torch::optim::RMSpropParamState&>(*kv.second).square_avg().is_same(d.squares);
+        });
+    });
     for (auto& p : params) {
         auto key = p.unsafeGetTensorImpl();
         auto it = state.find(key);
@@ -313,11 +354,17 @@ std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
             r.gn.push_back(g._values().numel());
             r.rows.push_back(g._indices().data_ptr<int64_t>());
             r.width.push_back(p.size(1));
+            r.owed.push_back(owedDecays(s, st->square_avg(), r.alpha));
         } else {
             r.g.push_back(g.data_ptr<float>());
             r.gn.push_back(p.numel());
             r.rows.push_back(nullptr);
             r.width.push_back(0);
+            r.owed.push_back(nullptr);
+            // A dense gradient updates every row: the decays owed come first.
+            for (auto& d : s.owedDecays)
+                if (d.squares.is_same(st->square_avg()))
+                    settle(d);
         }
     }
     return r;
@@ -339,8 +386,9 @@ void rmspropRange(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, f
 }
 
 // RMSprop's update of rows [begin, end) of parameter i, whose gradient is sparse: the touched
-// rows get the whole update, the runs between them only the decay of their running squares —
-// the same floats the update of a zero gradient gives (kernels::scaleSquares).
+// rows get the whole update, after the decays they were owed; the rows between them only owe
+// one more decay of their running squares (the update of a zero gradient: sa × alpha, w as it
+// was).
 void rmspropRows(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, float clip)
 {
     const int64_t E = r.width[i];
@@ -348,15 +396,19 @@ void rmspropRows(const PlainRmsprop& r, size_t i, int64_t begin, int64_t end, fl
         return;
     const int64_t touched = r.gn[i] / E;
     const int64_t* rows = r.rows[i];
+    uint32_t* owed = r.owed[i];
     int64_t j = std::lower_bound(rows, rows + touched, begin) - rows;
     int64_t next = begin; // the first row not yet updated
     for (; j < touched && rows[j] < end; ++j) {
-        kernels::scaleSquares(r.squareAvg[i] + next * E, (rows[j] - next) * E, r.alpha);
-        kernels::rmspropUpdate(
-            r.w[i] + rows[j] * E, r.g[i] + j * E, r.squareAvg[i] + rows[j] * E, E, r.alpha, r.eps, r.lr, clip);
+        for (int64_t row = next; row < rows[j]; ++row)
+            ++owed[row];
+        float* sa = r.squareAvg[i] + rows[j] * E;
+        payDecays(sa, E, r.alpha, owed[rows[j]]);
+        kernels::rmspropUpdate(r.w[i] + rows[j] * E, r.g[i] + j * E, sa, E, r.alpha, r.eps, r.lr, clip);
         next = rows[j] + 1;
     }
-    kernels::scaleSquares(r.squareAvg[i] + next * E, (end - next) * E, r.alpha);
+    for (int64_t row = next; row < end; ++row)
+        ++owed[row];
 }
 
 void countRmspropStep(const PlainRmsprop& r)
@@ -655,6 +707,12 @@ void denseGradients(Stepper& s)
 
 } // namespace
 
+void settleOptimizer(Stepper& s)
+{
+    for (auto& d : s.owedDecays)
+        settle(d);
+}
+
 StepOutcome trainStep(Stepper& s, const Batch& batch)
 {
     const bool scaleLoss = s.lossScaling;
@@ -736,6 +794,7 @@ StepOutcome trainStep(Stepper& s, const Batch& batch)
         }
     }
     if (!fusedClipRmsprop(s)) {
+        settleOptimizer(s);
         denseGradients(s);
         if (s.clipNorm > 0)
             torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.clipNorm);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace chatbench {
 
@@ -45,7 +46,21 @@ struct Stepper {
     // CPU training steps split the batch's rows across the cores (trainStep); the threads that
     // run the parts beyond the caller's own, made on first use.
     std::shared_ptr<c10::ThreadPool> partThreads;
+    // RMSprop's running squares of the rows a sparse embedding gradient left out: each such step
+    // multiplies them by alpha, and the engine's update counts those steps per row instead, then
+    // applies them one by one (the same floats) when the row is next touched or the state is
+    // settled (settleOptimizer). Each entry is one table's.
+    struct OwedDecays {
+        torch::Tensor squares; // the optimizer's square_avg they are owed to
+        float alpha = 0;
+        std::vector<uint32_t> steps; // per row: the multiplications by alpha not yet applied
+    };
+    std::vector<OwedDecays> owedDecays;
 };
+
+// Applies every decay s's update still owes (Stepper::owedDecays), so that the optimizer state is
+// what torch::optim's update would have left: before anything reads or saves that state.
+void settleOptimizer(Stepper& s);
 
 // The memory this process may still take (MemAvailable, or what its cgroup leaves if less), in
 // bytes; 0 when neither can be read.
