@@ -10,6 +10,7 @@
 #include "cpugemm.h"
 #include "fastdecode.h"
 #include "kernels.h"
+#include "laneteam.h"
 #include "maskedlstm.h"
 #include "model.h"
 #include "projectedloss.h"
@@ -262,6 +263,7 @@ private Q_SLOTS:
     void sparseLookupMatchesEmbedding();
     void sparseEmbeddingStepMatchesTorchRmsprop_data();
     void sparseEmbeddingStepMatchesTorchRmsprop();
+    void laneTeamRunsEachLaneOncePerRound();
     void gradientTimesInputMatchesTheEmbeddingGradient();
     void aModelTooLargeForMemoryIsRefused();
     void outOfMemoryBacksOffToSmallerPasses();
@@ -2315,6 +2317,50 @@ void TestModel::sparseEmbeddingStepMatchesTorchRmsprop()
         ++checked;
     }
     QCOMPARE(checked, 16);
+}
+
+// The step's lanes: every round runs lane 0 on the caller and each other lane once on a thread of
+// the team, and returns only when all have ended; rounds that follow at once (the threads still
+// watching) and after a pause (asleep), rounds with fewer lanes than threads, and a team ended
+// while its threads sleep or watch.
+void TestModel::laneTeamRunsEachLaneOncePerRound()
+{
+    for (const int workers : { 1, 3 }) {
+        LaneTeam team(workers);
+        QCOMPARE(team.size(), workers);
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(workers + 1));
+        const std::thread::id caller = std::this_thread::get_id();
+        std::atomic<int> onCaller { 0 }, elsewhere { 0 };
+        for (int round = 0; round < 400; ++round) {
+            const int64_t lanes = 1 + round % (workers + 1);
+            std::vector<int> before(runs.size());
+            for (size_t j = 0; j < runs.size(); ++j)
+                before[j] = runs[j].load();
+            team.run(lanes, [&](int64_t k) {
+                if (k > 0)
+                    std::this_thread::sleep_for(std::chrono::microseconds(round % 7 == 0 ? 300 : 0));
+                runs[static_cast<size_t>(k)].fetch_add(1);
+                (std::this_thread::get_id() == caller ? onCaller : elsewhere).fetch_add(k == 0 ? 0 : 1);
+                if (k == 0 && std::this_thread::get_id() != caller)
+                    elsewhere.fetch_add(1000000);
+            });
+            // Every lane ended before run returned, each exactly once.
+            for (size_t j = 0; j < runs.size(); ++j)
+                QCOMPARE(runs[j].load() - before[j], static_cast<int64_t>(j) < lanes ? 1 : 0);
+            if (round % 50 == 49) // past the threads' watch: they sleep, and are woken
+                std::this_thread::sleep_for(LaneTeam::kSpin * 5);
+        }
+        QCOMPARE(onCaller.load(), 0); // lanes 1 … on the team's threads, lane 0 on the caller's
+        QVERIFY(elsewhere.load() > 0 && elsewhere.load() < 1000000);
+    }
+    { // ended at once, its thread still watching
+        LaneTeam team(1);
+        team.run(2, [](int64_t) {});
+    }
+    { // ended asleep
+        LaneTeam team(2);
+        std::this_thread::sleep_for(LaneTeam::kSpin * 5);
+    }
 }
 
 void TestModel::gradientTimesInputMatchesTheEmbeddingGradient()

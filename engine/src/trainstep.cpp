@@ -483,13 +483,13 @@ void onCores(Stepper& s, int64_t tasks, int64_t cores, const std::function<void(
             }
         }
     };
-    if (cores > 1 && (!s.partThreads || static_cast<int64_t>(s.partThreads->size()) < cores - 1))
-        s.partThreads = std::make_shared<c10::ThreadPool>(static_cast<int>(cores - 1));
-    for (int64_t j = 1; j < cores; ++j)
-        s.partThreads->run([&lane, j] { lane(j); });
-    lane(0);
-    if (cores > 1)
-        s.partThreads->waitWorkComplete();
+    if (cores == 1) {
+        lane(0);
+    } else {
+        if (!s.partThreads || s.partThreads->size() < cores - 1)
+            s.partThreads = std::make_shared<LaneTeam>(static_cast<int>(cores - 1));
+        s.partThreads->run(cores, lane);
+    }
     for (const auto& e : errors)
         if (e)
             std::rethrow_exception(e);

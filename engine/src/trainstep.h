@@ -6,9 +6,9 @@
 #include "batches.h"
 #include "chatbench/config.h"
 #include "cpugemm.h"
+#include "laneteam.h"
 #include "model.h"
 
-#include <c10/core/thread_pool.h>
 #include <torch/torch.h>
 
 #include <functional>
@@ -45,7 +45,7 @@ struct Stepper {
     std::function<void(int64_t rows)> beforePass;
     // CPU training steps split the batch's rows across the cores (trainStep); the threads that
     // run the parts beyond the caller's own, made on first use.
-    std::shared_ptr<c10::ThreadPool> partThreads;
+    std::shared_ptr<LaneTeam> partThreads;
     // RMSprop's running squares of the rows a sparse embedding gradient left out: each such step
     // multiplies them by alpha, and the engine's update counts those steps per row instead, then
     // applies them one by one (the same floats) when the row is next touched or the state is
