@@ -6,6 +6,8 @@
 // step), so between two pieces of work each thread first watches for the next one for a short
 // while, then sleeps. Only the step's own threads spin, one per core, and never longer than
 // kSpin: a thread that waits longer (a checkpoint being written, the corpus read) sleeps.
+// 200 µs covered the gaps within a step but not the trainer's between two steps (one wake-up a
+// step was left); 1 ms covers both (seed preset, bf16, 2 threads: 372 sleeps in 6 epochs → 61).
 
 #include <atomic>
 #include <chrono>
@@ -19,7 +21,7 @@ namespace chatbench {
 class LaneTeam {
 public:
     // How long a thread watches for work (or the caller for the lanes' end) before it sleeps.
-    static constexpr std::chrono::microseconds kSpin { 200 };
+    static constexpr std::chrono::microseconds kSpin { 1000 };
 
     explicit LaneTeam(int workers);
     ~LaneTeam();
