@@ -266,19 +266,27 @@ void settle(Stepper::OwedDecays& d)
         payDecays(sa + row * width, width, d.alpha, d.steps[static_cast<size_t>(row)]);
 }
 
+// The decays owed to `squares` (an optimizer's square_avg), or null.
+Stepper::OwedDecays* findOwed(Stepper& s, const torch::Tensor& squares)
+{
+    for (auto& d : s.owedDecays)
+        if (d.squares.is_same(squares))
+            return &d;
+    return nullptr;
+}
+
 // The decays owed to `squares` (a (rows, width) square_avg), made all zero on first use; what
 // was owed at another alpha is settled first.
 uint32_t* owedDecays(Stepper& s, const torch::Tensor& squares, float alpha)
 {
-    for (auto& d : s.owedDecays)
-        if (d.squares.is_same(squares)) {
-            if (d.alpha != alpha)
-                settle(d);
-            d.alpha = alpha;
-            return d.steps.data();
-        }
-    s.owedDecays.push_back({ squares, alpha, std::vector<uint32_t>(static_cast<size_t>(squares.size(0)), 0) });
-    return s.owedDecays.back().steps.data();
+    Stepper::OwedDecays* d = findOwed(s, squares);
+    if (!d)
+        d = &s.owedDecays.emplace_back(
+            Stepper::OwedDecays { squares, alpha, std::vector<uint32_t>(static_cast<size_t>(squares.size(0)), 0) });
+    if (d->alpha != alpha)
+        settle(*d);
+    d->alpha = alpha;
+    return d->steps.data();
 }
 
 // The arrays of s's optimizer when it is a plain RMSprop (its state made where missing; a sparse
@@ -362,9 +370,8 @@ std::optional<PlainRmsprop> plainRmsprop(Stepper& s)
             r.width.push_back(0);
             r.owed.push_back(nullptr);
             // A dense gradient updates every row: the decays owed come first.
-            for (auto& d : s.owedDecays)
-                if (d.squares.is_same(st->square_avg()))
-                    settle(d);
+            if (auto* d = findOwed(s, st->square_avg()))
+                settle(*d);
         }
     }
     return r;
