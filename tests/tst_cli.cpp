@@ -147,7 +147,7 @@ void TestCli::corpusErrorsNameFileAndLine()
     const QString bad = QString::fromStdString(testutil::writeFile(m_dir, "bad.tsv", lines));
     const Run tolerant = cli({ "corpus", "validate", bad });
     QCOMPARE(tolerant.code, 0);
-    QVERIFY2(tolerant.out.startsWith("ok: 1 pairs (consecutive pairing)"), qPrintable(tolerant.out));
+    QVERIFY2(tolerant.out.startsWith("ok: 1 pair (consecutive pairing)"), qPrintable(tolerant.out));
     QVERIFY(tolerant.out.contains("skipped 8 malformed record(s)"));
     QVERIFY2(tolerant.err.startsWith("8 malformed records skipped\n"), qPrintable(tolerant.err));
     QVERIFY(tolerant.err.contains("warning: " + bad + ":2: expected 'prompt<TAB>response', found no tab"));
@@ -572,6 +572,16 @@ void TestCli::badArguments()
     const Run link = cli({ "train", "--corpus", m_corpus, "--run", dangling });
     QCOMPARE(link.code, 1);
     QVERIFY2(link.err.contains("is a link to nowhere/x, which does not exist"), qPrintable(link.err));
+    // A run folder where a file is (or a file on the way to it) was "cannot create the run
+    // folder: Not a directory".
+    const QString aFile = m_dir.filePath("a-file");
+    testutil::writeFile(m_dir, "a-file", "x");
+    for (const QString& run : { aFile, aFile + "/sub" }) {
+        const Run onFile = cli({ "train", "--corpus", m_corpus, "--run", run });
+        QCOMPARE(onFile.code, 1);
+        QVERIFY2(
+            onFile.err.contains(aFile + " is a file, not a folder; give another run folder"), qPrintable(onFile.err));
+    }
     // Early stopping with no validation pairs to watch said nothing and did nothing.
     const Run noVal = cli({ "train", "--corpus", m_corpus, "--run", m_dir.filePath("noval"), "--preset", "quick",
         "--epochs", "1", "--embed", "8", "--hidden", "8", "--val-fraction", "0", "--patience", "1" });

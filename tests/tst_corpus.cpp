@@ -60,6 +60,7 @@ private Q_SLOTS:
     void cornellFolder();
     void cornellMissingLine();
     void cornellDroppedTurnsAreSaid();
+    void emptyTurnsSplitConversations();
     void latin1Option();
     void cornellInUtf8IsReadAsUtf8();
     void longLineLimitIsAnOption();
@@ -199,6 +200,11 @@ void TestCorpus::badInputs_data()
                                << "UTF-16 (little-endian" << 0;
     QTest::newRow("tsv-utf16-no-mark") << "v.tsv" << QByteArray("\0h\0e\0l\0l\0o\0\t\0y\0o\0\n", 18) << 0L
                                        << "UTF-16 (big-endian, no byte-order mark" << 0;
+    // UTF-32 was told to convert from UTF-16 (an outside pass).
+    QTest::newRow("tsv-utf32") << "w32.tsv" << QByteArray("\xFF\xFE\0\0h\0\0\0i\0\0\0", 12) << 0L
+                               << "UTF-32 (little-endian, byte-order mark FF FE 00 00), not UTF-8: convert it, e.g. "
+                                  "iconv -f UTF-32 -t UTF-8"
+                               << 0;
     QTest::newRow("tsv-nul") << "n.tsv" << QByteArray("good\tday\nhello\thi\0there\n", 24) << 2L << "NUL byte" << 0;
     QTest::newRow("jsonl-control")
         << "c.jsonl"
@@ -694,8 +700,9 @@ void TestCorpus::cornellDroppedTurnsAreSaid()
         "u0 +++$+++ u1 +++$+++ m0 +++$+++ []\n"
         "u0 +++$+++ u2 +++$+++ m0 +++$+++ ['L2', 'L3', 'L1']\n");
     const Corpus c = loadCorpus(dir.filePath("cornell").toStdString());
-    QCOMPARE(c.pairs.size(), size_t(2)); // Hi → Hello; Hello → Hi with L3 left out
-    QCOMPARE(c.pairs[1].response, std::string("Hi"));
+    // Hi → Hello; L2, L3, L1 gives no pair: L3 without text splits it, and Hi never answered Hello.
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.pairs[0].response, std::string("Hello"));
     QCOMPARE(c.skippedRecords(), int64_t(1));
     const auto empty = std::find_if(c.warnings.begin(), c.warnings.end(),
         [](const CorpusWarning& w) { return w.kind == CorpusWarning::Kind::Record; });
@@ -707,6 +714,65 @@ void TestCorpus::cornellDroppedTurnsAreSaid()
     QVERIFY(note != c.warnings.end());
     QCOMPARE(note->line, 3L);
     QVERIFY2(note->message.find("'L3' has no text (movie_lines.txt:3)") != std::string::npos, note->message.c_str());
+    QVERIFY2(note->message.find("split there") != std::string::npos, note->message.c_str());
+}
+
+void TestCorpus::emptyTurnsSplitConversations()
+{
+    // An empty, blank or null turn inside a conversation disappeared and its neighbours became a
+    // pair (a question trained to answer a question), with no word even under --strict; a
+    // conversation left with one turn vanished silently. Found by an outside pass.
+    QTemporaryDir dir;
+    const std::string yml = testutil::writeFile(dir, "gap.yml",
+        "conversations:\n"
+        "- - what is your name\n" // line 2
+        "  - \"\"\n"
+        "  - where do you live\n"
+        "  - in a box\n" // line 5
+        "- - hi\n" // line 6
+        "  - \"  \"\n"
+        "- - q1\n" // line 8
+        "  - ~\n"
+        "  - a2\n");
+    const std::string jsonl = testutil::writeFile(dir, "gap.jsonl",
+        "{\"messages\": [\"what is your name\", \"\", \"where do you live\", \"in a box\"]}\n"
+        "{\"messages\": []}\n"
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}]}\n");
+    for (const std::string& path : { yml, jsonl }) {
+        LoadOptions strict;
+        strict.strict = true; // notes, not malformed records: a strict load keeps going
+        const Corpus c = loadCorpus(path, strict);
+        QCOMPARE(c.pairs.size(), size_t(1));
+        QCOMPARE(c.pairs[0].prompt, std::string("where do you live"));
+        QCOMPARE(c.pairs[0].response, std::string("in a box"));
+        std::vector<std::string> said;
+        for (const auto& w : c.warnings) {
+            QCOMPARE(w.kind, CorpusWarning::Kind::Note);
+            said.push_back(toString(w));
+        }
+        const std::string all = [&] {
+            std::string out;
+            for (const auto& w : said)
+                out += w + "\n";
+            return out;
+        }();
+        if (path == yml) {
+            QVERIFY2(
+                all.find("gap.yml:3: empty turn: the conversation is split there") != std::string::npos, all.c_str());
+            QVERIFY2(all.find("gap.yml:7: empty turn") != std::string::npos, all.c_str());
+            QVERIFY2(all.find("gap.yml:9: empty turn") != std::string::npos, all.c_str());
+        } else {
+            QVERIFY2(all.find("gap.jsonl:1: empty turn") != std::string::npos, all.c_str());
+            QVERIFY2(all.find("gap.jsonl:2: conversation without turns skipped") != std::string::npos, all.c_str());
+            QVERIFY2(all.find("gap.jsonl:3: conversation without turns skipped") != std::string::npos, all.c_str());
+        }
+    }
+    // The same conversations with first-rest pairing: no response joins turns across the gap.
+    LoadOptions firstRest;
+    firstRest.pairing = Pairing::FirstRest;
+    const Corpus c = loadCorpus(yml, firstRest);
+    QCOMPARE(c.pairs.size(), size_t(1));
+    QCOMPARE(c.pairs[0].response, std::string("in a box"));
 }
 
 void TestCorpus::latin1Option()

@@ -604,6 +604,21 @@ void TestKeras::unsupportedModelsAreNamed()
     json pastEmbedding = config;
     historyOf(pastEmbedding, "encoder_lstm")[2] = 2;
     expectError(pastEmbedding, "past-embedding", { "'encoder_lstm'", "reads output 2", "one output (0)" });
+    // An encoder reading the decoder's embedded input (the prompt input unused: the replies do not
+    // depend on the question) was imported as the recipe; so was one whose embedding reads the
+    // decoder's input. Found by an outside pass.
+    json encoderOnDecoder = config;
+    historyOf(encoderOnDecoder, "encoder_lstm")[0] = "decoder_embedding";
+    expectError(encoderOnDecoder, "encoder-on-decoder",
+        { "encoder LSTM 'encoder_lstm' reads the decoder's input ('decoder_inputs')", "prompt never reaches" });
+    json embeddingOnDecoder = config;
+    historyOf(embeddingOnDecoder, "encoder_embedding")[0] = "decoder_inputs";
+    expectError(embeddingOnDecoder, "embedding-on-decoder", { "reads the decoder's input ('decoder_inputs')" });
+    // The states handed over as [state_c, state_h]: said so, not that they come from no encoder.
+    json swapped = config;
+    auto& states = layerNamed(swapped, "decoder_lstm")["inbound_nodes"][0]["kwargs"]["initial_state"];
+    std::swap(states[0], states[1]);
+    expectError(swapped, "swapped", { "[state_c, state_h], the two swapped" });
     // Configs of models Keras itself built (TensorFlow 2.21; unsupported/*.config.json): the
     // error names the layer that makes each unsupported, not only a neighbour of it.
     const std::string made = kFixtures + "unsupported/";

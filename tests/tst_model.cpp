@@ -272,6 +272,8 @@ private Q_SLOTS:
     void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
     void checkpointPicklesAskingForTooMuchAreRefused();
+    void checkpointTensorsOfAnotherKindAreRefused();
+    void nonFiniteWeightsAreNeverSaved();
     void oversizedCheckpointIsRefusedUnread();
     void pruningKeepsTheRunsOwnCheckpoints();
     void stepSeedTouchesOnlyTheCpuGenerator();
@@ -1990,6 +1992,102 @@ void TestModel::checkpointKeepsTheGeneratorState()
 // data.pkl made LibTorch's unpickler grow its memo table to 544 million entries (8.7 GB) before
 // anything else failed. A run older than checkpoint checksums, or an edited state.json, lets such a
 // file through the checksum. The pickles are walked first, and the checkpoint is refused, naming it.
+void TestModel::checkpointTensorsOfAnotherKindAreRefused()
+{
+    // Found by an outside pass, each in a checkpoint edited with its CRC put right: a float64
+    // weight was read as float32 garbage (chat and resume ran on it); an optimizer state of another
+    // shape ended in LibTorch's broadcast error naming no file; a NaN in the optimizer's state
+    // turned every weight NaN at the first step, and that was saved as the last good checkpoint.
+    for (const OptimizerKind kind : { OptimizerKind::Adam, OptimizerKind::RMSprop }) { // SGD keeps none
+        TrainConfig cfg = tinyTraining();
+        cfg.optimizer = kind;
+        const Batch batch = collate(tinyExamples(), { 0, 1, 2 }, torch::kCPU);
+        // The edit is saved as a checkpoint (with its CRC) and read back into a fresh stepper.
+        auto refused = [&](const std::function<void(Stepper&)>& edit) -> std::string {
+            QTemporaryDir dir;
+            const std::string run = dir.path().toStdString();
+            Stepper s = makeStepper(cfg, torch::kCPU, Precision::FP32);
+            trainStep(s, batch);
+            settleOptimizer(s);
+            edit(s);
+            RunState st;
+            st.step = 1;
+            saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+            Stepper t = makeStepper(cfg, torch::kCPU, Precision::FP32);
+            try {
+                loadCheckpoint(run, st, t.model, t.optimizer.get());
+            } catch (const Error& e) {
+                return e.what();
+            }
+            return {};
+        };
+        QVERIFY(refused([](Stepper&) {}).empty()); // unedited: loads
+        auto firstState = [](Stepper& s) -> torch::Tensor {
+            auto& st = *s.optimizer->state().at(s.model->output->weight.unsafeGetTensorImpl());
+            if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(&st))
+                return a->exp_avg_sq();
+            return static_cast<torch::optim::RMSpropParamState&>(st).square_avg();
+        };
+        std::string why = refused([&](Stepper& s) {
+            torch::NoGradGuard noGrad;
+            s.model->output->weight.set_data(s.model->output->weight.to(torch::kFloat64));
+        });
+        QVERIFY2(why.find("tensor 'output.weight' is Double, the model's are Float") != std::string::npos, why.c_str());
+        why = refused([&](Stepper& s) { firstState(s).fill_(NAN); });
+        QVERIFY2(why.find("optimizer state is unusable") != std::string::npos
+                && why.find("for 'output.weight' holds NaN or infinite values") != std::string::npos,
+            why.c_str());
+        why = refused([&](Stepper& s) {
+            auto& st = *s.optimizer->state().at(s.model->output->weight.unsafeGetTensorImpl());
+            if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(&st))
+                a->exp_avg(torch::zeros({ 1 }));
+            else
+                static_cast<torch::optim::RMSpropParamState&>(st).square_avg(torch::zeros({ 1 }));
+        });
+        QVERIFY2(why.find("for 'output.weight' is a scalar") == std::string::npos
+                && why.find("for 'output.weight' is 1, the tensor is 9 x 5") != std::string::npos,
+            why.c_str());
+        why = refused([&](Stepper& s) {
+            const torch::Tensor t = firstState(s);
+            torch::NoGradGuard noGrad;
+            t.set_data(t.to(torch::kFloat64));
+        });
+        QVERIFY2(why.find("for 'output.weight' is Double, the tensor is Float") != std::string::npos, why.c_str());
+        why = refused([&](Stepper& s) {
+            for (auto& g : s.optimizer->param_groups())
+                g.options().set_lr(NAN);
+        });
+        QVERIFY2(why.find("a learning rate of nan") != std::string::npos, why.c_str());
+    }
+}
+
+void TestModel::nonFiniteWeightsAreNeverSaved()
+{
+    // A step that leaves a weight NaN (divergence) must not become the checkpoint state.json names.
+    SavedRun saved;
+    auto& [dir, run, s, st] = saved;
+    const std::string good = st.checkpoint;
+    const uint32_t goodCrc = st.checkpointCrc;
+    {
+        torch::NoGradGuard noGrad;
+        s.model->decoderEmbedding->weight[4][1] = INFINITY;
+    }
+    st.step = 1;
+    try {
+        saveCheckpoint(run, s.model, *s.optimizer, st, 2);
+        QFAIL("a checkpoint of non-finite weights was saved");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("not saved: tensor 'decoder_embedding.weight' holds NaN or infinite")
+                != std::string::npos,
+            e.what());
+        QVERIFY2(std::string(e.what()).find("the last good checkpoint is " + good) != std::string::npos, e.what());
+    }
+    QCOMPARE(st.checkpoint, good);
+    QCOMPARE(st.checkpointCrc, goodCrc);
+    QCOMPARE(loadState(run).checkpoint, good);
+    QVERIFY(!std::filesystem::exists(run + "/" + checkpointName(1)));
+}
+
 void TestModel::checkpointPicklesAskingForTooMuchAreRefused()
 {
     // The walk runs before anything of the model is read: any model stands in for the harness' own.

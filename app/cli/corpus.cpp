@@ -39,8 +39,9 @@ int stats(const CorpusArgs& a)
 int validate(const CorpusArgs& a)
 {
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
-    std::cout << "ok: " << c.pairs.size() << " pairs (" << chatbench::pairingName(c.pairing) << " pairing) in "
-              << c.files.size() << " file(s), format " << chatbench::formatName(c.format);
+    std::cout << "ok: " << c.pairs.size() << (c.pairs.size() == 1 ? " pair (" : " pairs (")
+              << chatbench::pairingName(c.pairing) << " pairing) in " << c.files.size() << " file(s), format "
+              << chatbench::formatName(c.format);
     if (c.skippedRecords() + c.skippedFiles() > 0)
         std::cout << "; skipped " << c.skippedRecords() << " malformed record(s) and " << c.skippedFiles()
                   << " unreadable file(s)";
@@ -55,8 +56,8 @@ int exportPairs(const CorpusArgs& a)
     checkOutputFile(a.out, { a.path });
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
     chatbench::writePairsTsv(c.pairs, a.out);
-    std::cout << "wrote " << c.pairs.size() << " pairs (" << chatbench::pairingName(c.pairing) << " pairing) to "
-              << chatbench::printable(a.out) << "\n";
+    std::cout << "wrote " << c.pairs.size() << (c.pairs.size() == 1 ? " pair (" : " pairs (")
+              << chatbench::pairingName(c.pairing) << " pairing) to " << chatbench::printable(a.out) << "\n";
     return 0;
 }
 

@@ -157,7 +157,8 @@ int run(const TrainArgs& a)
         validate(cfg);
         const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags, a.corpus.empty());
         std::cout << "training preset '" << cfg.preset << "' on " << chatbench::printable(args.corpus) << " ("
-                  << corpus.pairs.size() << " pairs) into " << chatbench::printable(a.run) << std::endl;
+                  << corpus.pairs.size() << (corpus.pairs.size() == 1 ? " pair) into " : " pairs) into ")
+                  << chatbench::printable(a.run) << std::endl;
         const CancelWatch watch;
         r = train(cfg, corpus, a.run, cb);
     }

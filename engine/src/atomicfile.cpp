@@ -122,11 +122,16 @@ std::string mebibytes(uintmax_t bytes, bool up)
     return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
 }
 
+// Flushes the file to the disk, then lets its pages go from the cache: what is written here
+// (checkpoints, run files, outputs) is not read back by the writer. A 16 MB checkpoint written
+// while the last ones' pages were still cached took 15–39 ms in one write() (the kernel finding
+// pages for it); with the pages let go after each save, 4–5 ms.
 void syncFile(const std::string& path)
 {
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd >= 0) {
-        ::fsync(fd);
+        if (::fsync(fd) == 0)
+            ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); // clean once synced: dropped, not written again
         ::close(fd);
     }
 }

@@ -2,6 +2,7 @@
 
 #include "atomicfile.h"
 #include "chatbench/error.h"
+#include "kernels.h"
 #include "picklewalk.h"
 #include "text.h"
 #include "trainstep.h"
@@ -9,12 +10,15 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -33,14 +37,26 @@ std::string rngKey(const torch::Device& dev)
 // archive's records and names. A larger file is refused before it is read (a checkpoint replaced
 // by a 10 GB file was read whole, 17 GB, before its checksum failed, or was bad_alloc in words of
 // no file under a memory limit).
-uint64_t checkpointByteLimit(Seq2Seq& model)
+bool allFinite(const torch::Tensor& t)
+{
+    if (t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous())
+        return kernels::allFinite(t.data_ptr<float>(), t.numel());
+    return torch::isfinite(t).all().item<bool>();
+}
+
+uint64_t modelElements(Seq2Seq& model)
 {
     uint64_t elements = 0;
     for (const auto& p : model->parameters())
         elements += static_cast<uint64_t>(p.numel());
     for (const auto& b : model->buffers())
         elements += static_cast<uint64_t>(b.numel());
-    return elements * 4 * 5 + (uint64_t(64) << 20);
+    return elements;
+}
+
+uint64_t checkpointByteLimit(Seq2Seq& model)
+{
+    return modelElements(model) * 4 * 5 + (uint64_t(64) << 20);
 }
 
 } // namespace
@@ -61,9 +77,23 @@ void saveCheckpoint(
         && fs::file_size(file, sizeError) <= checkpointByteLimit(model)
         && text::crc32(text::readFile(file)) == state.checkpointCrc;
     if (!onDisk) {
+        // Weights that are no longer finite are never saved: the checkpoint state.json names
+        // stays the last good one.
+        for (const auto& p : model->named_parameters())
+            if (!allFinite(p.value()))
+                throw Error(file, 0,
+                    "not saved: tensor '" + p.key()
+                        + "' holds NaN or infinite values (training diverged; lower the learning rate or turn on "
+                          "gradient clipping)"
+                        + (state.checkpoint.empty() ? std::string()
+                                                    : "; the last good checkpoint is " + state.checkpoint));
         // Serialised in memory first: the archive writer cannot report a full disk (it threw from
-        // a destructor and aborted); writeFileAtomic can, and removes its temporary file.
-        std::ostringstream stream;
+        // a destructor and aborted); writeFileAtomic can, and removes its temporary file. The
+        // buffer stays from one save to the next (16 MB for the seed preset, whose fresh pages
+        // cost a fault each), where a stream grew and was copied out.
+        thread_local std::string bytes;
+        bytes.clear();
+        bytes.reserve(static_cast<size_t>(modelElements(model) * 4 * 3 + (1 << 20))); // Adam's two states too
         {
             torch::serialize::OutputArchive root, m, o;
             model->save(m);
@@ -75,12 +105,20 @@ void saveCheckpoint(
             // seedStep), so an exact resume needs its state; the CPU's is kept as well, for symmetry.
             const torch::Device dev = model->parameters().front().device();
             root.write(rngKey(dev), rngState(dev));
-            root.save_to(stream);
+            root.save_to([&](const void* data, size_t n) -> size_t {
+                if (!data)
+                    return 0; // (never from a C++ archive) no bytes: the writer fails
+                bytes.append(static_cast<const char*>(data), n);
+                return n;
+            });
         }
-        const std::string bytes = stream.str();
+        // The file's CRC-32 on another thread while the bytes go to the disk (the write and the
+        // fsync wait on the kernel, and the trainer's other threads are idle): 5–7 ms off a save.
+        // The future waits for it if the write throws, so the bytes outlive it.
+        auto crc = std::async([](const std::string& b) { return text::crc32(b); }, std::cref(bytes));
         writeFileAtomic(file, bytes);
         state.checkpoint = name;
-        state.checkpointCrc = text::crc32(bytes);
+        state.checkpointCrc = crc.get();
         state.haveCrc = true;
     }
     saveCheckpointState(runDir, state); // before state.json: whatever it names has its state beside it
@@ -177,6 +215,89 @@ std::string shapeMismatch(torch::nn::Module& module, torch::serialize::InputArch
     return {};
 }
 
+// The first tensor `archive` holds in another type than the model's, as words; empty when none.
+// Module::load would take its bytes as the model's type (a float64 weight read as float32 garbage).
+std::string typeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix)
+{
+    auto check = [&](const std::string& key, const torch::Tensor& want) -> std::string {
+        torch::Tensor have;
+        if (archive.try_read(key, have) && have.scalar_type() != want.scalar_type())
+            return "tensor '" + prefix + key + "' is " + c10::toString(have.scalar_type()) + ", the model's are "
+                + c10::toString(want.scalar_type());
+        return {};
+    };
+    for (const auto& p : module.named_parameters(/*recurse=*/false))
+        if (auto why = check(p.key(), p.value()); !why.empty())
+            return why;
+    for (const auto& b : module.named_buffers(/*recurse=*/false))
+        if (auto why = check(b.key(), b.value()); !why.empty())
+            return why;
+    for (const auto& c : module.named_children()) {
+        torch::serialize::InputArchive sub;
+        if (archive.try_read(c.key(), sub))
+            if (auto why = typeMismatch(*c.value(), sub, prefix + c.key() + "."); !why.empty())
+                return why;
+    }
+    return {};
+}
+
+// What is wrong with the optimizer's state as load() left it, as words; empty when nothing. Its
+// tensors were read as the file holds them: each must be its parameter's shape and type, and
+// finite (a NaN there turns every weight NaN at the first step), and its step count and learning
+// rates in range.
+std::string badOptimizerState(torch::optim::Optimizer& optimizer, Seq2Seq& model)
+{
+    std::map<const void*, std::string> names;
+    for (const auto& p : model->named_parameters())
+        names[p.value().unsafeGetTensorImpl()] = p.key();
+    auto shape = [](const torch::Tensor& t) {
+        std::string out;
+        for (int64_t d : t.sizes())
+            out += (out.empty() ? "" : " x ") + std::to_string(d);
+        return out.empty() ? std::string("a scalar") : out;
+    };
+    for (const auto& group : optimizer.param_groups()) {
+        const double lr = group.options().get_lr();
+        if (!std::isfinite(lr) || lr < 0)
+            return "a learning rate of " + std::to_string(lr);
+        for (const auto& p : group.params()) {
+            const auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+            if (it == optimizer.state().end())
+                continue; // no state yet (a parameter not stepped)
+            const auto known = names.find(p.unsafeGetTensorImpl());
+            const std::string of = known == names.end() ? std::string("a parameter") : "'" + known->second + "'";
+            std::vector<std::pair<const char*, torch::Tensor>> tensors;
+            int64_t step = 0;
+            if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
+                tensors = { { "exp_avg", a->exp_avg() }, { "exp_avg_sq", a->exp_avg_sq() },
+                    { "max_exp_avg_sq", a->max_exp_avg_sq() } };
+                step = a->step();
+            } else if (const auto* r = dynamic_cast<const torch::optim::RMSpropParamState*>(it->second.get())) {
+                tensors = { { "square_avg", r->square_avg() }, { "momentum_buffer", r->momentum_buffer() },
+                    { "grad_avg", r->grad_avg() } };
+                step = r->step();
+            } else if (const auto* g = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+                tensors = { { "momentum_buffer", g->momentum_buffer() } };
+            }
+            if (step < 0)
+                return "a step count of " + std::to_string(step) + " for " + of;
+            for (const auto& [name, t] : tensors) {
+                if (!t.defined())
+                    continue;
+                if (t.sizes() != p.sizes())
+                    return std::string("its '") + name + "' for " + of + " is " + shape(t) + ", the tensor is "
+                        + shape(p);
+                if (t.scalar_type() != p.scalar_type())
+                    return std::string("its '") + name + "' for " + of + " is " + c10::toString(t.scalar_type())
+                        + ", the tensor is " + c10::toString(p.scalar_type());
+                if (!allFinite(t))
+                    return std::string("its '") + name + "' for " + of + " holds NaN or infinite values";
+            }
+        }
+    }
+    return {};
+}
+
 // A checkpoint of another model than config.json describes: every checkpoint of the run is then
 // another model too (config.json was edited), so no older one is tried in its place.
 struct ConfigMismatch : Error {
@@ -260,11 +381,15 @@ void loadCheckpoint(
                     + ", which this model has not)" + kEditedConfig);
         if (const std::string why = shapeMismatch(*model, m, ""); !why.empty())
             throw ConfigMismatch(file, 0, "checkpoint does not match config.json (" + why + ")" + kEditedConfig);
+        if (const std::string why = typeMismatch(*model, m, ""); !why.empty())
+            throw Error(file, 0, "checkpoint holds another type of tensor (" + why + "): corrupt or edited file?");
         model->load(m);
         if (optimizer) {
             torch::serialize::InputArchive o;
             root.read("optimizer", o);
             optimizer->load(o);
+            if (const std::string why = badOptimizerState(*optimizer, model); !why.empty())
+                throw Error(file, 0, "checkpoint's optimizer state is unusable (" + why + "): corrupt or edited file?");
             // Resuming: the random stream continues where the checkpoint left it (same device
             // type only; checkpoints from before this was kept have none).
             const torch::Device dev = model->parameters().front().device();
@@ -286,7 +411,7 @@ void loadCheckpoint(
         const auto* t = params.find(name);
         if (!t || t->sizes().vec() != shape)
             throw Error(file, 0, "checkpoint does not match config.json (tensor '" + name + "' has another shape)");
-        if (!torch::isfinite(*t).all().item<bool>())
+        if (!allFinite(*t))
             throw Error(file, 0, "checkpoint holds NaN or infinite weights (tensor '" + name + "'): corrupt file?");
     }
     // load() replaced each weight's storage: on a GPU cuDNN's LSTM then no longer finds its

@@ -181,11 +181,36 @@ struct Loader {
         corpus.warnings.push_back({ file, line, message, CorpusWarning::Kind::Note });
     }
 
-    // The turns of one conversation as pairs, in the chosen pairing. Empty turns are dropped.
-    void addTurns(std::vector<std::pair<std::string, long>> turns, const std::string& file)
+    // The turns of one conversation (starting at `line`) as pairs, in the chosen pairing. An
+    // empty turn (blank or null) splits it: the turns on either side of it are not a prompt and
+    // its answer, so no pair is made across it. Each empty turn is noted (unless the reader said
+    // why already), and so is a conversation that gives no pair.
+    void addTurns(
+        std::vector<std::pair<std::string, long>> turns, const std::string& file, long line, bool noteEmptyTurns = true)
     {
-        turns.erase(
-            std::remove_if(turns.begin(), turns.end(), [](const auto& t) { return t.first.empty(); }), turns.end());
+        const size_t before = corpus.pairs.size();
+        bool split = false;
+        std::vector<std::pair<std::string, long>> run;
+        for (auto& t : turns) {
+            if (!t.first.empty()) {
+                run.push_back(std::move(t));
+                continue;
+            }
+            if (noteEmptyTurns)
+                note(file, t.second, "empty turn: the conversation is split there (no pair across it)");
+            split = true;
+            addRun(run, file);
+            run.clear();
+        }
+        addRun(run, file);
+        if (corpus.pairs.size() == before && !split)
+            note(file, line,
+                turns.empty() ? "conversation without turns skipped"
+                              : "conversation with fewer than two turns skipped");
+    }
+
+    void addRun(const std::vector<std::pair<std::string, long>>& turns, const std::string& file)
+    {
         if (turns.size() < 2)
             return;
         if (opt.pairing == Pairing::FirstRest) {
@@ -307,16 +332,16 @@ void loadYamlFile(Loader& L, const std::string& file)
             for (const YAML::Node& turn : conv) {
                 const long tline = turn.Mark().line + 1;
                 L.charge(kTurnCost, file, tline);
-                if (turn.IsNull())
+                if (turn.IsNull()) { // "~" or nothing: an empty turn
+                    turns.emplace_back(std::string(), tline);
                     continue;
+                }
                 if (!turn.IsScalar())
                     throw Error(file, tline, "a turn must be text, not a list or a map");
                 L.fits(text += static_cast<int64_t>(turn.Scalar().size()), file, tline);
                 turns.emplace_back(text::trim(turn.Scalar()), tline);
             }
-            if (turns.size() < 2)
-                L.note(file, line, "conversation with fewer than two turns skipped");
-            L.addTurns(std::move(turns), file);
+            L.addTurns(std::move(turns), file, line);
         });
     }
     if (L.corpus.pairs.size() == before)
@@ -396,7 +421,7 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
             }
             turns.emplace_back(text::trim(content), line);
         }
-        L.addTurns(std::move(turns), file);
+        L.addTurns(std::move(turns), file, line);
     } else {
         throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
     }
@@ -448,14 +473,20 @@ void loadDialogFile(Loader& L, const std::string& file)
     for (std::string_view l : text::splitLines(text)) {
         ++line;
         std::string t = text::trim(l);
-        if (t.empty()) {
-            L.addTurns(std::move(turns), file);
+        if (t.empty()) { // a blank line ends a conversation
+            if (!turns.empty()) {
+                const long first = turns.front().second;
+                L.addTurns(std::move(turns), file, first);
+            }
             turns.clear();
         } else {
             turns.emplace_back(std::move(t), line);
         }
     }
-    L.addTurns(std::move(turns), file);
+    if (!turns.empty()) {
+        const long first = turns.front().second;
+        L.addTurns(std::move(turns), file, first);
+    }
 }
 
 // Cornell Movie-Dialogs: fields separated by " +++$+++ ", Latin-1 text.
@@ -537,8 +568,9 @@ void loadCornell(Loader& L, const fs::path& dir)
                             throw Error(convFile, n, "line id '" + cur + "' is not in movie_lines.txt");
                         if (it->second.first.empty())
                             L.note(convFile, n,
-                                "line id '" + cur + "' has no text (movie_lines.txt:"
-                                    + std::to_string(it->second.second) + "): its turn is left out");
+                                "line id '" + cur
+                                    + "' has no text (movie_lines.txt:" + std::to_string(it->second.second)
+                                    + "): the conversation is split there (no pair across it)");
                         turns.emplace_back(it->second.first, n);
                         cur.clear();
                     }
@@ -549,7 +581,7 @@ void loadCornell(Loader& L, const fs::path& dir)
             }
             if (turns.empty())
                 throw Error(convFile, n, "the conversation lists no line ids");
-            L.addTurns(std::move(turns), convFile);
+            L.addTurns(std::move(turns), convFile, n, /*noteEmptyTurns=*/false);
         });
     }
     L.corpus.files = { linesFile, convFile };
@@ -828,7 +860,12 @@ Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options)
                 bad->message + " (no usable pairs left; " + std::to_string(skipped) + " record(s) or file(s) skipped)"
                     + (guessed ? guess : std::string()));
         }
-        throw Error(path, 0, "no prompt/response pairs found (format " + formatName(corpus.format) + ")");
+        // Only notes (empty turns, one-turn conversations): the first says why.
+        throw Error(path, 0,
+            "no prompt/response pairs found (format " + formatName(corpus.format) + ")"
+                + (corpus.warnings.empty() ? std::string()
+                                           : "; " + std::to_string(corpus.warnings.size())
+                            + " note(s), the first: " + toString(corpus.warnings.front())));
     }
     return corpus;
 }

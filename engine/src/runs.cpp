@@ -493,8 +493,19 @@ void createRunFolder(const std::string& runDir)
             "is a link to " + printable(fs::read_symlink(runDir, ec).string())
                 + ", which does not exist: make that folder, or give another run folder");
     fs::create_directories(runDir, ec);
-    if (ec)
+    if (ec) {
+        // A file in the way (the run path itself, or a folder on the way to it) is named.
+        for (fs::path p = fs::path(runDir); !p.empty(); p = p.parent_path()) {
+            std::error_code e2;
+            if (fs::exists(p, e2) && !fs::is_directory(p, e2))
+                throw Error(runDir, 0,
+                    "cannot create the run folder: " + printable(p.string())
+                        + " is a file, not a folder; give another run folder");
+            if (p == p.parent_path())
+                break;
+        }
         throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
+    }
 }
 
 uint64_t vocabularyFingerprint(const Tokenizer& tok)

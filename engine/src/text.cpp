@@ -193,7 +193,9 @@ std::string wideEncoding(std::string_view b)
 std::string normalise(const std::string& file, std::string bytes, bool latin1, size_t maxLineBytes)
 {
     if (const std::string wide = wideEncoding(bytes); !wide.empty())
-        throw Error(file, 0, "the file is " + wide + ", not UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8");
+        throw Error(file, 0,
+            "the file is " + wide + ", not UTF-8: convert it, e.g. iconv -f " + wide.substr(0, wide.find(' '))
+                + " -t UTF-8");
     // Text holds no NUL (YAML's cannot, and a tokenizer would keep it inside a word): a binary
     // file, or text damaged on the way.
     if (const size_t nul = bytes.find('\0'); nul != std::string::npos)
@@ -284,9 +286,9 @@ std::string trim(std::string_view s)
     return std::string(s.substr(b, e - b + 1));
 }
 
-uint32_t crc32(std::string_view bytes)
+uint32_t crc32(std::string_view bytes, uint32_t previous)
 {
-    uLong crc = ::crc32(0L, Z_NULL, 0);
+    uLong crc = previous;
     // zlib takes lengths as uInt: large files go in pieces.
     for (size_t at = 0; at < bytes.size(); at += (1u << 30))
         crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),

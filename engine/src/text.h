@@ -49,8 +49,9 @@ std::vector<std::string_view> splitLines(std::string_view text);
 
 std::string trim(std::string_view s);
 
-// zlib's CRC-32 of `bytes` (checkpoints' checksums, zip members).
-uint32_t crc32(std::string_view bytes);
+// zlib's CRC-32 of `bytes` (checkpoints' checksums, zip members); with `previous`, the CRC-32 of
+// the bytes that came before followed by these.
+uint32_t crc32(std::string_view bytes, uint32_t previous = 0);
 
 // FNV-1a over strings, each followed by a 0xFF byte (which UTF-8 text never holds), so that
 // ("ab", "c") and ("a", "bc") differ: the fingerprints of a corpus' pairs and of a vocabulary.

@@ -314,6 +314,13 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         const int64_t passRowsBefore = s.step.passRows;
         const Validation v = validate(s, cb.cancel, &valCancelled);
         noteBackOff(passRowsBefore);
+        // A validation set scored NaN: the weights are no longer finite (an update went wrong),
+        // which the training loss, taken before each update, does not show yet.
+        if (!s.validation.empty() && !valCancelled && !std::isfinite(v.loss) && !s.step.lossScaling)
+            throw Error("training diverged: the validation loss is " + std::to_string(v.loss) + " after step "
+                + std::to_string(s.state.step)
+                + "; lower the learning rate or turn on gradient clipping (the last good checkpoint is "
+                + s.state.checkpoint + ")");
         if (valCancelled) {
             s.state.epochSeconds = secondsSince(epochStart);
             checkpoint();
