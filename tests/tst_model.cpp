@@ -273,6 +273,7 @@ private Q_SLOTS:
     void checkpointKeepsTheGeneratorState();
     void checkpointPicklesAskingForTooMuchAreRefused();
     void checkpointTensorsOfAnotherKindAreRefused();
+    void allFiniteFindsEveryNonFiniteValue();
     void nonFiniteWeightsAreNeverSaved();
     void oversizedCheckpointIsRefusedUnread();
     void pruningKeepsTheRunsOwnCheckpoints();
@@ -449,6 +450,30 @@ void TestModel::sumSquaresMatchesDouble()
     std::vector<float> big(4096, 1e18f);
     const double square = static_cast<double>(1e18f) * static_cast<double>(1e18f);
     QVERIFY(std::abs(kernels::sumSquares(big.data(), 4096) - 4096 * square) <= 1e-6 * 4096 * square);
+}
+
+void TestModel::allFiniteFindsEveryNonFiniteValue()
+{
+    // The save's and the load's finiteness check: NaN, ±inf and nothing else, at every place of a
+    // block of 4096 and of the tail after the last whole block; the largest and smallest floats
+    // (and subnormals) are finite.
+    for (int64_t n : { 1, 7, 4096, 4097, 4096 * 2 + 131 }) {
+        std::vector<float> x(static_cast<size_t>(n), 0.5f);
+        x[0] = std::numeric_limits<float>::max();
+        x[static_cast<size_t>(n / 2)] = -std::numeric_limits<float>::max();
+        x[static_cast<size_t>(n - 1)] = std::numeric_limits<float>::denorm_min();
+        QVERIFY2(kernels::allFinite(x.data(), n), qPrintable(QString::number(n)));
+        for (const float bad : { std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                 std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity() })
+            for (int64_t at : { int64_t(0), n / 3, n - 1 }) {
+                std::vector<float> y = x;
+                y[static_cast<size_t>(at)] = bad;
+                QVERIFY2(
+                    !kernels::allFinite(y.data(), n), qPrintable(QString("%1 at %2 of %3").arg(bad).arg(at).arg(n)));
+                QVERIFY(kernels::allFinite(y.data(), at)); // the values before it
+            }
+    }
+    QVERIFY(kernels::allFinite(nullptr, 0));
 }
 
 void TestModel::cellElementsMatchDoubleAtEveryWidth()
