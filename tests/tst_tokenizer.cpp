@@ -138,6 +138,23 @@ void TestTokenizer::unknownWords()
     QCOMPARE(q(e.unknown), (QStringList { "zorblax", "unk" })); // Keras filters drop < and >
     QCOMPARE(tok.decode(e.ids), std::string("hello <unk> <unk> there"));
     QVERIFY(tok.encode("").ids.empty());
+
+    // At most maxIds ids: the words after the last one read are counted, not kept.
+    const Encoded cut = tok.encode("hello zorblax there hello", 2);
+    QCOMPARE(cut.ids.size(), size_t(2));
+    QCOMPARE(q(cut.words), (QStringList { "hello", "zorblax" }));
+    QCOMPARE(cut.wordsLeftOut, size_t(2));
+    QCOMPARE(tok.encode("hello there", 2).wordsLeftOut, size_t(0));
+    // A Keras tokenizer without an oov token drops unknown words: they take no id, so the cut
+    // falls after the second known word and the unknown words before it are still listed.
+    TokenizerOptions drop;
+    drop.dropUnknown = true;
+    const Tokenizer dropping = Tokenizer::build(pairs({ { "hello there", "hi" } }), drop);
+    const Encoded d = dropping.encode("zorblax hello quux there hello", 2);
+    QCOMPARE(d.ids, (std::vector<int64_t> { dropping.id("hello"), dropping.id("there") }));
+    QCOMPARE(q(d.words), (QStringList { "zorblax", "hello", "quux", "there" }));
+    QCOMPARE(q(d.unknown), (QStringList { "zorblax", "quux" }));
+    QCOMPARE(d.wordsLeftOut, size_t(1));
 }
 
 void TestTokenizer::saveLoad()

@@ -1338,8 +1338,19 @@ void TestTraining::unknownAndEmptyInput()
     const Reply empty = bot.reply("?!");
     QCOMPARE(empty.trace.inputIds.size(), size_t(1));
     QVERIFY(empty.trace.checks.handoffEqual);
-    const Reply longInput = bot.reply(std::string(5000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z");
-    QVERIFY(longInput.trace.inputIds.size() <= 22);
+    // A message longer than the model's 22 source words: the first 22 are read, the rest are
+    // counted as left out (said under the reply), and the reply is the one to those 22 words.
+    const std::string letters = "b c d e f g h i j k l m n o p q r s t u v w x y z";
+    const Reply longInput = bot.reply(std::string(5000, 'a') + " " + letters);
+    QCOMPARE(longInput.trace.inputIds.size(), size_t(22));
+    QCOMPARE(longInput.trace.inputWords.size(), size_t(22));
+    QCOMPARE(longInput.trace.wordsLeftOut, size_t(4)); // w x y z
+    QCOMPARE(longInput.trace.inputWords.back(), std::string("v"));
+    const Reply first22 = bot.reply(std::string(5000, 'a') + " " + letters.substr(0, letters.find(" w")));
+    QCOMPARE(first22.trace.wordsLeftOut, size_t(0));
+    QCOMPARE(first22.ids, longInput.ids);
+    QCOMPARE(first22.trace.encoderFinal[0].h, longInput.trace.encoderFinal[0].h);
+    QCOMPARE(empty.trace.wordsLeftOut, size_t(0));
 }
 
 void TestTraining::cancelStopsWithinASecond()

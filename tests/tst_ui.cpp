@@ -85,6 +85,7 @@ private Q_SLOTS:
     void trainProducesProgressAndPlotPoints();
     void chatReplyFillsHandoffView();
     void explainTabsShowWhyThisReply();
+    void longMessageSaysWhatWasLeftOut();
     void breakingHandoffTurnsBadgeRedAndProbeDrops();
     void stopEndsTrainingWithinASecond();
     void chatWorksWhileTraining();
@@ -331,6 +332,31 @@ void TestUi::chatReplyFillsHandoffView()
         QVERIFY(view->badge(i)->styleSheet().contains("#d8f3dc")); // green
     }
     QVERIFY(view->hHeatmap()->plottableCount() == 1);
+}
+
+// A message longer than the model reads (22 words here): the reply says how many words were left
+// out, and the encoder strip and its occlusion bars show only the words the encoder read.
+void TestUi::longMessageSaysWhatWasLeftOut()
+{
+    auto* chat = m_window->chatView();
+    auto* engine = m_window->engine();
+    QSignalSpy answered(engine, &EngineController::replyReady);
+    QSignalSpy explained(engine, &EngineController::explained);
+    QStringList words;
+    for (int i = 0; i < 30; ++i)
+        words << (i % 2 ? "training" : "what");
+    chat->ask(words.join(' '));
+    QVERIFY(answered.wait(30000));
+    const ChatAnswer a = answered.last().at(0).value<ChatAnswer>();
+    QCOMPARE(a.reply.trace.wordsLeftOut, size_t(8));
+    QCOMPARE(a.reply.trace.inputWords.size(), size_t(22));
+    QString last;
+    for (QLabel* label : chat->chatScroll()->widget()->findChildren<QLabel*>())
+        if (label->text().contains("left out"))
+            last = label->text();
+    QVERIFY2(last.contains("reads 22 words at most: the last 8 of this message were left out"), qPrintable(last));
+    QTRY_VERIFY_WITH_TIMEOUT(!explained.isEmpty() && explained.last().at(0).value<ExplainResult>().id == a.id, 30000);
+    QCOMPARE(chat->handoffView()->occlusionBars().size(), size_t(22));
 }
 
 void TestUi::explainTabsShowWhyThisReply()

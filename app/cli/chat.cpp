@@ -169,6 +169,9 @@ void printReply(const Reply& r, const ChatArgs& a)
             std::cout << (i ? ", " : "") << chatbench::printable(r.trace.unknownWords[i]);
         std::cout << ")" << std::endl;
     }
+    if (r.trace.wordsLeftOut > 0)
+        std::cout << "  (the model reads " << r.trace.inputIds.size() << " words at most: the last "
+                  << r.trace.wordsLeftOut << " of this message were left out)" << std::endl;
     if (a.checks)
         std::cout << "  checks: " << describe(r.trace.checks) << std::endl;
 }

@@ -187,10 +187,8 @@ std::vector<LayerState> layerStates(const torch::Tensor& h, const torch::Tensor&
 // Source ids for one prompt; an empty prompt becomes one <unk>.
 std::vector<int64_t> encodeSource(const Tokenizer& tok, const ModelConfig& cfg, const std::string& text, Encoded* info)
 {
-    Encoded e = tok.encode(text);
+    Encoded e = tok.encode(text, static_cast<size_t>(cfg.maxSourceLength));
     std::vector<int64_t> ids = e.ids;
-    if (ids.size() > static_cast<size_t>(cfg.maxSourceLength))
-        ids.resize(static_cast<size_t>(cfg.maxSourceLength));
     if (ids.empty())
         ids.push_back(Tokenizer::kUnk);
     if (info)
@@ -391,6 +389,7 @@ Reply Chatbot::reply(const std::string& text, const DecodeOptions& opt) const
     tr.inputIds = encodeSource(I.tok, I.cfg.model, text, &info);
     tr.inputWords = info.words;
     tr.unknownWords = info.unknown;
+    tr.wordsLeftOut = info.wordsLeftOut;
     tr.handoff = opt.handoff;
     tr.device = I.device.str();
     tr.hidden = I.cfg.model.hidden;
@@ -615,6 +614,7 @@ std::vector<Reply> Chatbot::replyBatch(const std::vector<std::string>& texts, co
     for (size_t i = 0; i < texts.size(); ++i) {
         replies[i].trace.inputWords = std::move(info[i].words);
         replies[i].trace.unknownWords = std::move(info[i].unknown);
+        replies[i].trace.wordsLeftOut = info[i].wordsLeftOut;
     }
     return replies;
 }
@@ -786,6 +786,7 @@ nlohmann::ordered_json replyJson(const Reply& r)
     tj["input_ids"] = t.inputIds;
     tj["input_words"] = t.inputWords;
     tj["unknown_words"] = t.unknownWords;
+    tj["words_left_out"] = t.wordsLeftOut;
     tj["encoder_final"] = layers(t.encoderFinal);
     tj["encoder_top_h"] = t.encoderTopH;
     tj["decoder_initial"] = layers(t.decoderInitial);

@@ -202,11 +202,17 @@ Tokenizer Tokenizer::fromWords(const std::vector<std::string>& words, const Toke
     return tok;
 }
 
-Encoded Tokenizer::encode(const std::string& text) const
+Encoded Tokenizer::encode(const std::string& text, size_t maxIds) const
 {
     Encoded e;
     e.words = split(text);
-    for (const auto& w : e.words) {
+    for (size_t i = 0; i < e.words.size(); ++i) {
+        if (e.ids.size() == maxIds) {
+            e.wordsLeftOut = e.words.size() - i;
+            e.words.resize(i);
+            break;
+        }
+        const std::string& w = e.words[i];
         auto it = m_ids.find(w);
         // Special-token spellings typed by a user are words like any other, not control tokens.
         if (it == m_ids.end() || it->second < 4) {

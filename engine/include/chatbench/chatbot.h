@@ -102,6 +102,7 @@ struct StateTrace {
     std::vector<int64_t> inputIds;
     std::vector<std::string> inputWords; // as tokenized
     std::vector<std::string> unknownWords; // words that became <unk>
+    size_t wordsLeftOut = 0; // words after the model's max_source_length, which the encoder never read
     std::vector<LayerState> encoderFinal; // per layer, at the last real token
     std::vector<std::vector<float>> encoderTopH; // top layer h at every source step, (S)(H)
     std::vector<LayerState> decoderInitial; // per layer, what the decoder started from

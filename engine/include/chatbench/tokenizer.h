@@ -34,6 +34,7 @@ struct Encoded {
     std::vector<int64_t> ids; // one per word, <unk> for unknown words (none with dropUnknown)
     std::vector<std::string> words; // the words the text split into
     std::vector<std::string> unknown; // the words that became <unk>, in order
+    size_t wordsLeftOut = 0; // words after the maxIds-th id: not encoded, not in `words`
 };
 
 class Tokenizer {
@@ -55,7 +56,8 @@ public:
 
     // Splits text into words the way this tokenizer's mode does (no vocabulary lookup).
     std::vector<std::string> split(const std::string& text) const;
-    Encoded encode(const std::string& text) const;
+    // At most maxIds ids: the words after the one that gave the last are left out and counted.
+    Encoded encode(const std::string& text, size_t maxIds = SIZE_MAX) const;
     // Joins words, skipping special tokens and stopping at <end>.
     std::string decode(const std::vector<int64_t>& ids) const;
 
