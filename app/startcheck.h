@@ -3,9 +3,13 @@
 // front ends. A current folder that was deleted made the MKL inside LibTorch stop every start,
 // even `--version`, with "Intel oneMKL FATAL ERROR: Cannot load …/libtorch_cpu.so"; said in
 // words instead. A closed standard stream is opened on /dev/null, so that no file opened later
-// (a run's lock, a checkpoint) takes its number and receives what is printed.
+// (a run's lock, a checkpoint) takes its number and receives what is printed. A file-size limit
+// (`ulimit -f`) makes a write past it fail with EFBIG, which every writer reports naming the file
+// and the limit, instead of ending the process by SIGXFSZ mid-save (ignored before anything
+// starts, the Keras reader's child process included).
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,8 +23,9 @@ inline bool& stdoutWasClosed()
     return closed;
 }
 
-inline void currentFolderExists(int, char**, char**)
+inline void beforeStart(int, char**, char**)
 {
+    ::signal(SIGXFSZ, SIG_IGN);
     for (int fd = 0; fd <= 2; ++fd)
         if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
             (void)::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY); // the lowest free number: fd
@@ -39,4 +44,4 @@ inline void currentFolderExists(int, char**, char**)
 
 // Included by exactly one source file of each executable.
 __attribute__((section(".preinit_array"), used)) static void (*const chatbenchStartCheck)(int, char**, char**)
-    = chatbench::startcheck::currentFolderExists;
+    = chatbench::startcheck::beforeStart;

@@ -10,7 +10,9 @@
 #include <QThread>
 
 #include <csignal>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,6 +74,7 @@ private Q_SLOTS:
     void badArguments();
     void corpusOutOfMemoryNamesTheFile();
     void brokenPipeStopsTrainingWithACheckpoint();
+    void fileSizeLimitIsAnErrorNotASignal();
     void namesThatActOnTheTerminalAreEscaped();
     void defaultCorpusSaysWhereItCameFrom();
     void threadsTheSystemRefusesAreSaid();
@@ -324,6 +327,37 @@ void TestCli::corpusOutOfMemoryNamesTheFile()
 // Found by an outside pass: `train | head -3` ended training at the next epoch's line by SIGPIPE
 // (status 141), without a word on standard error. It stops now as a closed terminal stops it: with
 // a checkpoint, the way to continue, and the lost output said.
+// Under a file-size limit (ulimit -f) every writer died by SIGXFSZ (status 153) without a word,
+// leaving its temporary file; the write now fails, and the error names the file and the limit.
+void TestCli::fileSizeLimitIsAnErrorNotASignal()
+{
+    const QString run = m_dir.filePath("fsize");
+    const Run first = cli({ "train", "--preset", "quick", "--epochs", "1", "--corpus", m_corpus, "--run", run });
+    QVERIFY2(first.code == 0, qPrintable(first.err));
+    qint64 checkpoint = 0;
+    for (const QFileInfo& f : QDir(run).entryInfoList({ "ckpt-*.pt" }, QDir::Files))
+        checkpoint = std::max(checkpoint, f.size());
+    QVERIFY(checkpoint > 8192);
+    const QByteArray state = testutil::readFile(run + "/state.json");
+    const Run over = shell(
+        QString("ulimit -f %1; exec \"$0\" train --resume --run \"$1\" --epochs 3").arg(checkpoint / 2048), { run });
+    QCOMPARE(over.code, 1);
+    QVERIFY2(over.err.contains("ckpt-") && over.err.contains("write failed (File too large)")
+            && over.err.contains("the file-size limit, ulimit -f") && over.err.contains("raise the limit"),
+        qPrintable(over.err));
+    QVERIFY(QDir(run).entryList({ ".*tmp-*" }, QDir::Hidden | QDir::Files).isEmpty());
+    QCOMPARE(testutil::readFile(run + "/state.json"), state); // the last good checkpoint stays the run's
+    const Run chat = cli({ "chat", "--run", run, "--once", "good morning" });
+    QVERIFY2(chat.code == 0, qPrintable(chat.err));
+    // A new run whose first files are over the limit: an error, and no half run left.
+    const QString fresh = m_dir.filePath("fsize-new");
+    const Run start = shell(
+        "ulimit -f 1; exec \"$0\" train --preset quick --epochs 1 --corpus \"$1\" --run \"$2\"", { m_corpus, fresh });
+    QCOMPARE(start.code, 1);
+    QVERIFY2(start.err.contains("write failed (File too large)"), qPrintable(start.err));
+    QVERIFY(!QFileInfo::exists(fresh));
+}
+
 void TestCli::brokenPipeStopsTrainingWithACheckpoint()
 {
     const QString run = m_dir.filePath("piped");
@@ -331,7 +365,9 @@ void TestCli::brokenPipeStopsTrainingWithACheckpoint()
                         " echo \"status ${PIPESTATUS[0]}\"",
         { m_corpus, run });
     QVERIFY2(r.out.trimmed() == "status 130", qPrintable(r.out + r.err));
-    QVERIFY2(r.err.contains("standard output was closed (its reader ended): training stopped")
+    QVERIFY2(r.err.contains(
+                 "standard output could not be written (its reader ended, or its disk is full: the reason is below): "
+                 "training stopped")
             && r.err.contains("continue with: chatbench-cli train --resume --run")
             && r.err.contains("error: the output could not be written to standard output (Broken pipe)"),
         qPrintable(r.err));
@@ -710,6 +746,27 @@ void TestCli::stopAndResume()
     QCOMPARE(after["train"].toObject()["checkpoint_every_steps"].toInt(), 500);
     QCOMPARE(after["train"].toObject()["epochs"].toInt(), 41);
     QCOMPARE(QDir(run).entryList({ "ckpt-*.pt" }, QDir::Files).size(), 3);
+    // Ctrl-\ (SIGQUIT) too, and a soft CPU-time limit (its SIGXCPU repeats every second until the
+    // hard limit): both ended training without a checkpoint (statuses 131 and 152).
+    {
+        const int before = stepOf();
+        QProcess q;
+        q.start(CHATBENCH_CLI, { "train", "--resume", "--run", run, "--epochs", "500" });
+        QVERIFY(q.waitForStarted());
+        QByteArray qout;
+        QTRY_VERIFY_WITH_TIMEOUT((qout += q.readAllStandardOutput()).contains("epoch "), 120000);
+        QCOMPARE(::kill(static_cast<pid_t>(q.processId()), SIGQUIT), 0);
+        QVERIFY(q.waitForFinished(30000));
+        QCOMPARE(q.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(q.exitCode(), 130);
+        QVERIFY(stepOf() > before);
+    }
+    const int beforeLimit = stepOf();
+    const Run limited
+        = shell("ulimit -S -t 3; ulimit -H -t 60; exec \"$0\" train --resume --run \"$1\" --epochs 500", { run });
+    QVERIFY2(limited.code == 130, qPrintable(limited.out.right(300) + limited.err));
+    QVERIFY2(limited.out.contains("stopped at step"), qPrintable(limited.out.right(300)));
+    QVERIFY(stepOf() > beforeLimit);
 }
 
 void TestCli::signalWhileWaitingEndsAtOnce()
@@ -890,6 +947,32 @@ void TestCli::corruptRunFilesAndTwoWriters()
     const QString both = QString::fromUtf8(c1.readAllStandardError() + c2.readAllStandardError());
     QCOMPARE(c1.exitCode() + c2.exitCode(), 1);
     QVERIFY2(both.contains("in use by process"), qPrintable(both));
+    // A folder a writer holds while its first files are half made (an import, a start): a second
+    // train or import there is told it is in use, not that the folder holds a trained run's files.
+    const QString held = m_dir.filePath("held");
+    QVERIFY(QDir().mkpath(held));
+    testutil::writeFile(m_dir, "held/.lock", "4242\n");
+    testutil::writeFile(m_dir, "held/best-00000000.pt", "being written");
+    QProcess holder;
+    holder.start("flock", { held + "/.lock", "sleep", "60" });
+    QVERIFY(holder.waitForStarted());
+    const auto lockHeld = [&] {
+        const int fd = ::open(QFile::encodeName(held + "/.lock").constData(), O_RDONLY);
+        const bool taken = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+        ::close(fd);
+        return taken;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(lockHeld(), 10000);
+    const QString keras = CHATBENCH_SOURCE_DIR "/tests/fixtures/keras/";
+    for (const QStringList& cmd : { QStringList { "train", "--preset", "quick", "--corpus", m_corpus, "--run", held },
+             QStringList { "import-keras", keras + "recipe.keras", "--tokenizer", keras + "recipe_tokenizer.json",
+                 "--out", held } }) {
+        const Run r = cli(cmd);
+        QCOMPARE(r.code, 1);
+        QVERIFY2(r.err.contains(held + ": in use by process 4242"), qPrintable(r.err));
+    }
+    holder.kill();
+    holder.waitForFinished();
 }
 
 // Found trying hostile arguments: `corpus export g.yml --out g.yml` turned the YAML source into

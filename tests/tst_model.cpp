@@ -1924,6 +1924,11 @@ void TestModel::cpuAllocationFailureBacksOffAndIsInWords()
     QCOMPARE(chatbench::inWords(raw),
         std::string("out of memory: the CPU allocator could not get 17592.19 GB for one tensor"));
     QCOMPARE(chatbench::inWords("first\nsecond"), std::string("first"));
+    // Small refusals in a unit that shows them (an address-space limit reached: "0.00 GB" before).
+    QCOMPARE(chatbench::inWords("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
+                                "tried to allocate 9175040 bytes. Error code 12"),
+        std::string("out of memory: the CPU allocator could not get 9.2 MB for one tensor"));
+    QCOMPARE(chatbench::inWords(std::bad_alloc().what()), std::string("out of memory (an allocation failed)"));
 
     const Batch batch = collate(variedExamples(7), range(0, 7), torch::kCPU);
     Stepper s = makeStepper(tinyTraining(), torch::kCPU, Precision::FP32);

@@ -219,7 +219,8 @@ private:
         TrainResult result;
         result.status = TrainStatus::Cancelled;
         guarded([&] { result = fn(cb); }, [&](const QString& m) { Q_EMIT failed(m, EngineController::Job::Training); });
-        Q_EMIT trainingFinished(result, runDir);
+        // A run folder moved while training was followed there: the window opens it where it is.
+        Q_EMIT trainingFinished(result, result.runDir.empty() ? runDir : QString::fromStdString(result.runDir));
     }
 
     std::shared_ptr<std::atomic<bool>> m_cancel;

@@ -233,8 +233,10 @@ TrainView::TrainView(EngineController* engine, QWidget* parent)
         if (job == EngineController::Job::Training)
             m_failure = message;
     });
-    connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString&) {
+    connect(m_engine, &EngineController::trainingFinished, this, [this](const TrainResult& r, const QString& dir) {
         setRunning(false);
+        if (!dir.isEmpty() && !r.runDir.empty())
+            m_currentRun = dir; // the run folder was moved while training: Resume goes to where it is
         m_eta->setText(m_failure.isEmpty() ? QString::fromStdString(describe(r)) : tr("failed: %1").arg(m_failure));
         m_eta->setToolTip(m_failure);
         m_failure.clear();

@@ -330,7 +330,10 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--temperature", a->temperature, "Sampling temperature")->check(finiteIn(0.01, 100.0));
     cmd->add_option("--top-k", a->topK, "Sample among the k most likely tokens (0 = all)")
         ->check(CLI::Range(0, 1000000));
-    cmd->add_option("--seed", a->seed, "Sampling seed")->check(unsignedNumber());
+    cmd->add_option("--seed", a->seed,
+           "Sampling seed (default 0: a prompt sampled with one seed gets the same reply every time; give other seeds "
+           "for other draws)")
+        ->check(unsignedNumber());
     cmd->add_option("--max-length", a->maxLength, "Reply words at most (0 = model limit)")->check(CLI::Range(0, 4096));
     cmd->add_option("--handoff", a->handoff, "correct, zero-init (the bug), reset-each-step")
         ->check(oneOf(handoffModeNames()));

@@ -29,8 +29,13 @@ void onSignal(int sig)
 {
     // With nothing watching the flag (reading a corpus, waiting for a chat line) the signal ends
     // the process at once; a second one always does. Files being written are removed first (an
-    // export's temporary file would stay beside its output otherwise).
-    if (watchers().load() == 0 || cancelFlag().exchange(true)) {
+    // export's temporary file would stay beside its output otherwise). A CPU-time limit past its
+    // soft value repeats SIGXCPU every second until the hard one: only the first counts, so that
+    // a long step can still end in a checkpoint.
+    const bool watched = watchers().load() > 0;
+    if (sig == SIGXCPU && watched && cancelFlag().load())
+        return;
+    if (!watched || cancelFlag().exchange(true)) {
         chatbench::removeTempFilesInProgress();
         std::_Exit(128 + sig);
     }
@@ -56,10 +61,11 @@ std::atomic<bool>& cancelFlag()
 
 void installSignalHandlers()
 {
-    // A closed terminal (a dropped ssh session) stops training with a checkpoint too. A signal the
-    // process was started to ignore stays ignored (nohup for SIGHUP; a shell's background job, or
-    // `trap "" INT`, for SIGINT).
-    for (const int sig : { SIGINT, SIGTERM, SIGHUP })
+    // A closed terminal (a dropped ssh session) stops training with a checkpoint too, and so do
+    // Ctrl-\ (SIGQUIT) and the soft CPU-time limit (SIGXCPU, `ulimit -S -t`: it exists so that a
+    // process can save before the hard one). A signal the process was started to ignore stays
+    // ignored (nohup for SIGHUP; a shell's background job, or `trap "" INT`, for SIGINT).
+    for (const int sig : { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGXCPU })
         if (std::signal(sig, onSignal) == SIG_IGN)
             std::signal(sig, SIG_IGN);
     // A reader that went away (`train | head`, a log viewer closed) makes writes fail instead of

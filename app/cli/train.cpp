@@ -168,11 +168,12 @@ int run(const TrainArgs& a)
     // reports the output that failed).
     std::ostream& out = std::cout ? std::cout : std::cerr;
     if (!std::cout)
-        out << "standard output was closed (its reader ended)"
+        out << "standard output could not be written (its reader ended, or its disk is full: the reason is below)"
             << (r.status == TrainStatus::Cancelled ? ": training stopped" : "") << "\n";
-    out << describe(r) << "\nrun folder: " << chatbench::printable(a.run) << "\n";
+    const std::string& folder = r.runDir.empty() ? a.run : r.runDir; // moved while training: where it went
+    out << describe(r) << "\nrun folder: " << chatbench::printable(folder) << "\n";
     if (r.status == TrainStatus::Cancelled)
-        out << "continue with: chatbench-cli train --resume --run " << shellWord(a.run) << "\n";
+        out << "continue with: chatbench-cli train --resume --run " << shellWord(folder) << "\n";
     return r.status == TrainStatus::Cancelled ? 130 : 0;
 }
 

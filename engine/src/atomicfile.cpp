@@ -14,6 +14,7 @@
 #include <random>
 #include <signal.h>
 #include <string_view>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -120,6 +121,18 @@ std::string mebibytes(uintmax_t bytes, bool up)
 {
     const uintmax_t tenths = (bytes * 10 + (up ? (uintmax_t(1) << 20) - 1 : 0)) >> 20;
     return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
+}
+
+// "512 bytes", "9.2 KiB", "8.7 MiB": a size that may be small, in the unit that shows it.
+std::string sizeInWords(uintmax_t bytes)
+{
+    if (bytes < 1024)
+        return std::to_string(bytes) + " bytes";
+    if (bytes < (uintmax_t(1) << 20)) {
+        const uintmax_t tenths = bytes * 10 / 1024;
+        return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " KiB";
+    }
+    return mebibytes(bytes, false) + " MiB";
 }
 
 // Flushes the file to the disk, then lets its pages go from the cache: what is written here
@@ -247,7 +260,12 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             const auto space = fs::space(folder, ec);
             std::string why
                 = "write failed (" + std::string(err ? std::strerror(err) : "short write") + ") in " + folder.string();
-            if (!ec)
+            struct rlimit limit { };
+            if (err == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+                why += ": this process may write files of at most " + sizeInWords(limit.rlim_cur)
+                    + " (the file-size limit, ulimit -f) and this one takes " + sizeInWords(contents.size())
+                    + "; raise the limit";
+            else if (!ec)
                 why += "; " + mebibytes(space.available, false) + " MiB free there, " + mebibytes(contents.size(), true)
                     + " MiB needed";
             throw Error(path, 0, why);

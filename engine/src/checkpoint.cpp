@@ -304,6 +304,17 @@ struct ConfigMismatch : Error {
     using Error::Error;
 };
 
+// Memory ran out reading a checkpoint: nothing is wrong with the file, so no older one is taken
+// in its place (that would quietly go back in training).
+struct OutOfMemoryReading : Error {
+    OutOfMemoryReading(const std::string& file, uintmax_t bytes)
+        : Error(file, 0,
+            "out of memory reading this checkpoint (" + std::to_string((bytes + (1 << 20) - 1) >> 20)
+                + " MiB, and as much again for its tensors): free memory, or raise the memory limit (ulimit -v)")
+    {
+    }
+};
+
 const char* const kEditedConfig
     = ": was config.json edited? Put back the sizes the run was trained with (train a new run for other sizes)";
 
@@ -359,8 +370,15 @@ void loadCheckpoint(
     const std::string file = (fs::path(runDir) / state.checkpoint).string();
     if (!fs::exists(file))
         throw Error(file, 0, "checkpoint file is missing");
-    const std::string bytes = text::readFile(file, static_cast<int64_t>(checkpointByteLimit(model)),
-        "no checkpoint of this run's model (config.json's sizes) is that large: corrupt or another file?");
+    std::error_code sizeError;
+    const uintmax_t fileBytes = fs::file_size(file, sizeError);
+    std::string bytes;
+    try {
+        bytes = text::readFile(file, static_cast<int64_t>(checkpointByteLimit(model)),
+            "no checkpoint of this run's model (config.json's sizes) is that large: corrupt or another file?");
+    } catch (const std::bad_alloc&) {
+        throw OutOfMemoryReading(file, sizeError ? 0 : fileBytes);
+    }
     if (state.haveCrc && text::crc32(bytes) != state.checkpointCrc)
         throw Error(file, 0, "checksum mismatch: the checkpoint is corrupt");
     // Remember the shapes the config asks for: InputArchive::read would silently resize.
@@ -397,8 +415,12 @@ void loadCheckpoint(
             if (root.try_read(rngKey(dev), rng))
                 setRngState(dev, rng.to(torch::kCPU)); // generator states are CPU byte tensors, wherever loaded
         }
+    } catch (const std::bad_alloc&) {
+        throw OutOfMemoryReading(file, bytes.size());
     } catch (const c10::Error& e) {
         std::string what = e.what_without_backtrace();
+        if (what.find("can't allocate memory") != std::string::npos)
+            throw OutOfMemoryReading(file, bytes.size());
         throw Error(file, 0, "cannot read checkpoint (" + what.substr(0, what.find('\n')) + ")");
     } catch (const Error&) {
         throw;
@@ -433,6 +455,8 @@ RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, 
         loadCheckpoint(runDir, state, model, optimizer);
         return state;
     } catch (const ConfigMismatch&) {
+        throw;
+    } catch (const OutOfMemoryReading&) {
         throw;
     } catch (const Error& newest) {
         for (const std::string& older : checkpointFiles(runDir)) {

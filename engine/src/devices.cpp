@@ -23,6 +23,7 @@
 #include <mutex>
 #include <pthread.h>
 #include <sstream>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 #ifdef __GLIBC__
@@ -248,7 +249,10 @@ ResolvedDevice resolveDevice(const std::string& name, Precision precision)
             r.note = name + " does not exist (" + std::to_string(n) + " CUDA device(s)); using cpu";
         }
     }
-    for (const auto& d : listDevices()) {
+    // fp32 runs everywhere: only another precision is probed (the probe trains a tiny LSTM in
+    // every precision, bf16's product micro-kernel included, which is work and memory an fp32 run
+    // does not need).
+    for (const auto& d : r.precision == Precision::FP32 ? std::vector<DeviceInfo> {} : listDevices()) {
         if (d.id != r.device)
             continue;
         for (const auto& s : d.precisions)
@@ -365,6 +369,15 @@ size_t ompStackBytes()
     return static_cast<size_t>(n) << shift;
 }
 
+// ", or the memory limit (ulimit -v, N MiB)" where one is set: a thread's stack counts against it.
+std::string memoryLimitNote()
+{
+    struct rlimit limit { };
+    if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+        return {};
+    return " or the memory limit (ulimit -v, now " + std::to_string(limit.rlim_cur >> 20) + " MiB)";
+}
+
 } // namespace
 
 void requireThreadsStart(int threads)
@@ -376,9 +389,11 @@ void requireThreadsStart(int threads)
         return;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    const size_t stack = ompStackBytes();
+    // Below the system's minimum libgomp refuses the size (with a message of its own) and keeps
+    // the default stack: so does this check.
+    const size_t stack = ompStackBytes() >= PTHREAD_STACK_MIN ? ompStackBytes() : 0;
     if (stack > 0)
-        pthread_attr_setstacksize(&attr, std::max<size_t>(stack, PTHREAD_STACK_MIN));
+        pthread_attr_setstacksize(&attr, stack);
     std::vector<pthread_t> started;
     int err = 0;
     for (int i = 1; i < threads && err == 0; ++i) {
@@ -397,8 +412,12 @@ void requireThreadsStart(int threads)
             + std::to_string(threads) + " CPU threads (" + std::strerror(err) + ", " + std::to_string(started.size())
             + " started"
             + (stack > 0 ? "; OMP_STACKSIZE=" + printable(asked) + " asks that much stack for each" : std::string())
-            + "): run with OMP_NUM_THREADS=1" + (stack > 0 ? ", or a smaller OMP_STACKSIZE" : "")
-            + ", or raise the limit on processes (ulimit -u)");
+            + "): run with OMP_NUM_THREADS=1"
+            + (stack == 0 ? ""
+                    : stack < (1 << 20)
+                    ? ", or a larger OMP_STACKSIZE (this one leaves a thread no room for its own data)"
+                    : ", or a smaller OMP_STACKSIZE")
+            + ", or raise the limit on processes (ulimit -u)" + memoryLimitNote());
     }
     checked = threads;
 }

@@ -1,6 +1,7 @@
 #include "chatbench/error.h"
 
 #include <cstdlib>
+#include <iomanip>
 #include <sstream>
 
 namespace chatbench {
@@ -32,6 +33,8 @@ Error::Error(const std::string& file, long line, const std::string& message)
 
 std::string inWords(const std::string& what)
 {
+    if (what == "std::bad_alloc")
+        return "out of memory (an allocation failed)";
     if (what.find("can't allocate memory") == std::string::npos)
         return what.substr(0, what.find('\n'));
     // "[enforce fail at alloc_cpu.cpp:…] … DefaultCPUAllocator: can't allocate memory: you tried
@@ -43,8 +46,14 @@ std::string inWords(const std::string& what)
     const double bytes = std::strtod(what.c_str() + at + key.size(), nullptr);
     std::ostringstream o;
     o.setf(std::ios::fixed);
-    o.precision(2);
-    o << "out of memory: the CPU allocator could not get " << bytes / 1e9 << " GB for one tensor";
+    o << "out of memory: the CPU allocator could not get ";
+    if (bytes >= 1e9)
+        o << std::setprecision(2) << bytes / 1e9 << " GB";
+    else if (bytes >= 1e6)
+        o << std::setprecision(1) << bytes / 1e6 << " MB";
+    else
+        o << std::setprecision(1) << bytes / 1e3 << " kB";
+    o << " for one tensor";
     return o.str();
 }
 

@@ -178,7 +178,9 @@ public:
                 remove();
             throw Error(model, 0,
                 "cannot write a temporary copy of its weights to " + printable(m_path) + " ("
-                    + std::string(std::strerror(error)) + "): set TMPDIR to a writable folder with room");
+                    + std::string(std::strerror(error)) + "): "
+                    + (error == EFBIG ? "the file-size limit (ulimit -f) is below its size; raise the limit"
+                                      : "set TMPDIR to a writable folder with room"));
         }
     }
     ~TempFile() { remove(); }

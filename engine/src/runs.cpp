@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -148,8 +149,8 @@ namespace {
 Error unlistedFolder(const std::string& runDir, const std::error_code& ec)
 {
     return Error(runDir, 0,
-        "cannot list the folder (" + ec.message()
-            + "): its run's files could not be found; give read permission on it (chmod u+r)");
+        "cannot list the folder (" + ec.message() + "): its run's files could not be found"
+            + (ec == std::errc::permission_denied ? "; give read permission on it (chmod u+r)" : ""));
 }
 
 } // namespace
@@ -417,6 +418,35 @@ RunState loadStateFile(const std::string& path)
     return s;
 }
 
+namespace {
+
+// "in use by process N", N as the lock's holder wrote it.
+Error inUse(const std::string& runDir, int lockFd)
+{
+    char buf[32] = {};
+    const ssize_t n = ::pread(lockFd, buf, sizeof buf - 1, 0);
+    const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+    return Error(runDir, 0,
+        "in use by process " + pid.substr(0, pid.find('\n'))
+            + " (a training, resume or import is writing this run); wait for it or stop it");
+}
+
+} // namespace
+
+void requireRunNotInUse(const std::string& runDir)
+{
+    const int fd = ::open((fs::path(runDir) / ".lock").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held) {
+        const Error busy = inUse(runDir, fd);
+        ::close(fd);
+        throw busy;
+    }
+    ::close(fd); // a shared lock taken only to ask: released here
+}
+
 RunLock::RunLock(const std::string& runDir)
 {
     const std::string path = (fs::path(runDir) / ".lock").string();
@@ -433,15 +463,12 @@ RunLock::RunLock(const std::string& runDir)
         throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(errno));
     }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
-        char buf[32] = {};
-        const ssize_t n = ::pread(m_fd, buf, sizeof buf - 1, 0);
+        const Error busy = inUse(runDir, m_fd);
         ::close(m_fd);
         m_fd = -1;
-        const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
-        throw Error(runDir, 0,
-            "in use by process " + pid.substr(0, pid.find('\n'))
-                + " (a training, resume or import is writing this run); wait for it or stop it");
+        throw busy;
     }
+    m_dirFd = ::open(runDir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     const std::string me = std::to_string(::getpid()) + "\n";
     if (::ftruncate(m_fd, 0) == 0)
         (void)!::pwrite(m_fd, me.data(), me.size(), 0);
@@ -455,6 +482,8 @@ RunLock::RunLock(const std::string& runDir)
         // see which files are there, and could take a trained folder for an empty one.
         ::close(m_fd);
         m_fd = -1;
+        if (m_dirFd >= 0)
+            ::close(m_dirFd);
         throw unlistedFolder(runDir, ec);
     }
     for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
@@ -591,8 +620,31 @@ void requireRunFilesPlain(const std::string& runDir)
 
 RunLock::~RunLock()
 {
+    if (m_dirFd >= 0)
+        ::close(m_dirFd);
     if (m_fd >= 0)
         ::close(m_fd); // releases the lock; the file stays (removing it would race a new locker)
+}
+
+std::string RunLock::currentFolder(const std::string& runDir) const
+{
+    struct stat held {
+    }, there {};
+    if (m_dirFd < 0 || ::fstat(m_dirFd, &held) != 0)
+        return runDir; // nothing to compare with: as before
+    if (::stat(runDir.c_str(), &there) == 0 && there.st_dev == held.st_dev && there.st_ino == held.st_ino)
+        return runDir;
+    // The system's name for the folder now: its path, or the old one marked " (deleted)".
+    char buf[PATH_MAX + 1];
+    const std::string link = "/proc/self/fd/" + std::to_string(m_dirFd);
+    const ssize_t n = ::readlink(link.c_str(), buf, PATH_MAX);
+    if (n <= 0)
+        return {};
+    const std::string path(buf, static_cast<size_t>(n));
+    if (held.st_nlink == 0 || path.ends_with(" (deleted)") || ::stat(path.c_str(), &there) != 0
+        || there.st_dev != held.st_dev || there.st_ino != held.st_ino)
+        return {};
+    return path;
 }
 
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history)

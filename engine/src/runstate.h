@@ -99,6 +99,10 @@ void createRunFolder(const std::string& runDir);
 // folder, a FIFO): checked when a run is opened for writing, not found after an epoch's work.
 void requireRunFilesPlain(const std::string& runDir);
 
+// Throws RunLock's "in use by process N" when another process holds the folder's lock; checked
+// before a folder's files are judged (a writer's files half made are not another run's).
+void requireRunNotInUse(const std::string& runDir);
+
 // One writer per run folder: an advisory lock on <run>/.lock, held while an object lives and
 // released by the system when the process ends, killed or not. Taking it removes temporary files
 // that writers killed mid-save left behind. Throws Error "in use by process N" when held.
@@ -109,8 +113,14 @@ public:
     RunLock(const RunLock&) = delete;
     RunLock& operator=(const RunLock&) = delete;
 
+    // Where the locked folder is now: runDir while that path still names it; its new path when it
+    // was moved (renamed) while the lock was held; empty when it was removed. A writer saves by
+    // path, so without asking it would write into whatever folder took the old name.
+    std::string currentFolder(const std::string& runDir) const;
+
 private:
     int m_fd = -1;
+    int m_dirFd = -1; // the folder itself (O_PATH), followed wherever it is renamed to
 };
 
 } // namespace chatbench

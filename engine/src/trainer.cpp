@@ -42,6 +42,7 @@ double secondsSince(Clock::time_point t0)
 struct Session {
     TrainConfig cfg;
     std::string runDir;
+    const RunLock* lock = nullptr; // this process' hold on runDir
     Tokenizer tok;
     std::vector<Example> train;
     std::vector<Example> validation;
@@ -244,7 +245,27 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
                     + " pairs (their gradients summed: the update of the whole batch)");
     };
     std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
+    // Saves go by path: a run folder renamed while it trains (`mv`, a file manager) is followed
+    // to where it went, rather than written into whatever folder takes the old name, another
+    // run's perhaps; a folder removed ends training.
+    auto followRunFolder = [&] {
+        if (!s.lock)
+            return;
+        const std::string now = s.lock->currentFolder(s.runDir);
+        if (now == s.runDir)
+            return;
+        if (now.empty())
+            throw Error(s.runDir, 0,
+                "the run folder was removed while this process was training it: training stopped, nothing more "
+                "was saved");
+        log(cb,
+            "the run folder " + printable(s.runDir) + " was moved to " + printable(now)
+                + " while training: training goes on there");
+        s.runDir = now;
+        result.runDir = now;
+    };
     auto checkpoint = [&] {
+        followRunFolder();
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
         s.state.lossScaleGoodSteps = s.step.goodSteps;
@@ -355,6 +376,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.epochTokens = 0;
         s.state.epochSeconds = 0;
         s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
+        followRunFolder();
         writeMetricsCsv(s.runDir, s.state.history);
         checkpoint();
         if (improved)
@@ -418,8 +440,10 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     std::error_code ec;
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
-    if (fs::is_directory(runDir, ec))
+    if (fs::is_directory(runDir, ec)) {
+        requireRunNotInUse(runDir);
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
+    }
     const bool created = !fs::exists(runDir, ec);
     createRunFolder(runDir);
     const RunLock lock(runDir); // one writer; a second train on this folder stops here
@@ -434,6 +458,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.cfg.corpus = absoluteCorpusPath(cfg.corpus);
         s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
         s.runDir = runDir;
+        s.lock = &lock;
         prepare(s, corpus, cb);
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
         s.state.vocabFingerprint = vocabularyFingerprint(s.tok);
@@ -467,6 +492,7 @@ TrainResult resume(
     s.cfg = loadRunConfig(runDir);
     s.runDir = runDir;
     const RunLock lock(runDir); // one writer per run
+    s.lock = &lock;
     requireRunFilesPlain(runDir);
     std::string recovered;
     s.state = loadState(runDir, &recovered);

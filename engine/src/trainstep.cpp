@@ -695,7 +695,7 @@ void inPasses(
             releaseCachedMemory(s.device);
             if (rows <= 1)
                 throw Error("out of memory on " + s.device.str() + " with one pair per pass (" + inWords(e.what())
-                    + "); use a smaller model, a shorter --max-response" + (cpu ? "" : ", or the CPU"));
+                    + "); use a smaller model, a shorter --max-target" + (cpu ? "" : ", or the CPU"));
             s.passRows = (rows + 1) / 2;
         }
         restart();

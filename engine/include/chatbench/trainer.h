@@ -49,6 +49,7 @@ struct TrainResult {
     std::string device; // what was used after fallbacks
     Precision precision = Precision::FP32;
     std::vector<EpochMetrics> history; // every epoch of the run, resumed ones included
+    std::string runDir; // set when the run folder was moved while training: where it is now
 };
 
 // Trains a new run in `runDir` (created; must not already hold a run). Throws Error.
