@@ -688,8 +688,8 @@ void TestTraining::movedRunFolderIsFollowed()
     }
     QVERIFY2(error
             == QString::fromStdString(gone)
-                + ": the run folder was removed while this process was training it: training stopped, nothing more "
-                  "was saved",
+                + ": the run folder was removed (or moved where this process cannot follow it) while this process "
+                  "was training it: training stopped, nothing more was saved",
         qPrintable(error));
     QVERIFY(!fs::exists(gone));
 }

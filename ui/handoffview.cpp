@@ -204,8 +204,8 @@ protected:
                 !heights.empty()
                     ? tr("bars: how far dropping each word moves the encoder's final (h, c); red: the greedy reply "
                          "changes without it (hover for numbers)")
-                    : tr("no occlusion bars: the model reads %1 of these %2 words (the question was cut at its source "
-                         "length, or unknown words were dropped)")
+                    : tr("no occlusion bars: the model reads %1 of these %2 words (its tokenizer drops unknown "
+                         "words)")
                           .arg(m_occlusion.size())
                           .arg(t.inputWords.size()));
             p.setFont(font());

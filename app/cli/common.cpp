@@ -32,10 +32,9 @@ void onSignal(int sig)
     // export's temporary file would stay beside its output otherwise). A CPU-time limit past its
     // soft value repeats SIGXCPU every second until the hard one: only the first counts, so that
     // a long step can still end in a checkpoint.
-    const bool watched = watchers().load() > 0;
-    if (sig == SIGXCPU && watched && cancelFlag().load())
+    if (sig == SIGXCPU && cancelFlag().load())
         return;
-    if (!watched || cancelFlag().exchange(true)) {
+    if (watchers().load() == 0 || cancelFlag().exchange(true)) {
         chatbench::removeTempFilesInProgress();
         std::_Exit(128 + sig);
     }

@@ -261,7 +261,8 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             std::string why
                 = "write failed (" + std::string(err ? std::strerror(err) : "short write") + ") in " + folder.string();
             struct rlimit limit { };
-            if (err == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+            if (err == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                && contents.size() > limit.rlim_cur)
                 why += ": this process may write files of at most " + sizeInWords(limit.rlim_cur)
                     + " (the file-size limit, ulimit -f) and this one takes " + sizeInWords(contents.size())
                     + "; raise the limit";
@@ -271,6 +272,14 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             throw Error(path, 0, why);
         }
     });
+}
+
+std::string fileSizeLimitNote()
+{
+    struct rlimit limit { };
+    if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+        return {};
+    return "the file-size limit (ulimit -f) is " + sizeInWords(limit.rlim_cur) + "; raise it";
 }
 
 std::string temporaryFolder(const std::string& use)

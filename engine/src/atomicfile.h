@@ -26,4 +26,8 @@ bool tempFileWriterIsAlive(const std::string& fileName);
 // there"), not the standard library's bare "temp_directory_path".
 std::string temporaryFolder(const std::string& use);
 
+// After a write failed with EFBIG: "the file-size limit (ulimit -f) is 8.7 MiB; raise it", or
+// empty where no such limit is set (a file system's own maximum).
+std::string fileSizeLimitNote();
+
 } // namespace chatbench

@@ -309,8 +309,11 @@ struct ConfigMismatch : Error {
 struct OutOfMemoryReading : Error {
     OutOfMemoryReading(const std::string& file, uintmax_t bytes)
         : Error(file, 0,
-            "out of memory reading this checkpoint (" + std::to_string((bytes + (1 << 20) - 1) >> 20)
-                + " MiB, and as much again for its tensors): free memory, or raise the memory limit (ulimit -v)")
+            "out of memory reading this checkpoint"
+                + (bytes > 0 ? " (" + std::to_string((bytes + (1 << 20) - 1) >> 20)
+                            + " MiB, and as much again for its tensors)"
+                             : std::string())
+                + ": free memory, or raise the memory limit (ulimit -v)")
     {
     }
 };
@@ -417,6 +420,8 @@ void loadCheckpoint(
         }
     } catch (const std::bad_alloc&) {
         throw OutOfMemoryReading(file, bytes.size());
+    } catch (const c10::OutOfMemoryError&) { // a GPU's memory, loading onto CUDA
+        throw OutOfMemoryReading(file, bytes.size());
     } catch (const c10::Error& e) {
         std::string what = e.what_without_backtrace();
         if (what.find("can't allocate memory") != std::string::npos)
@@ -475,6 +480,8 @@ RunState loadUsableCheckpoint(const std::string& runDir, const RunState& state, 
                     *note = std::string(newest.what()) + "; fell back to " + older + " (step " + std::to_string(s.step)
                         + ", epoch " + std::to_string(s.epoch) + ")";
                 return s;
+            } catch (const OutOfMemoryReading&) {
+                throw; // not the file's fault: no older one instead
             } catch (const Error&) {
                 continue; // that one is unusable too: try the next older
             }

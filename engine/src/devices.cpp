@@ -413,10 +413,9 @@ void requireThreadsStart(int threads)
             + " started"
             + (stack > 0 ? "; OMP_STACKSIZE=" + printable(asked) + " asks that much stack for each" : std::string())
             + "): run with OMP_NUM_THREADS=1"
-            + (stack == 0 ? ""
-                    : stack < (1 << 20)
-                    ? ", or a larger OMP_STACKSIZE (this one leaves a thread no room for its own data)"
-                    : ", or a smaller OMP_STACKSIZE")
+            + (stack == 0           ? ""
+                    : err == EINVAL ? ", or a larger OMP_STACKSIZE (this one leaves a thread no room for its own data)"
+                                    : ", or a smaller OMP_STACKSIZE")
             + ", or raise the limit on processes (ulimit -u)" + memoryLimitNote());
     }
     checked = threads;

@@ -435,9 +435,15 @@ Error inUse(const std::string& runDir, int lockFd)
 
 void requireRunNotInUse(const std::string& runDir)
 {
-    const int fd = ::open((fs::path(runDir) / ".lock").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    // Never waiting: a FIFO put there would block open() (RunLock refuses anything not plain).
+    const int fd = ::open((fs::path(runDir) / ".lock").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return;
+    struct stat st { };
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return;
+    }
     const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     if (held) {
         const Error busy = inUse(runDir, fd);
@@ -967,8 +973,11 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
     if (err != 0) // no torn row for the next append to run into: back to what it was
         (void)!::ftruncate(fd, static_cast<off_t>(size));
     ::close(fd);
-    if (err != 0)
-        throw Error(path, 0, std::string("write failed (") + std::strerror(err) + ")");
+    if (err != 0) {
+        const std::string limit = err == EFBIG ? fileSizeLimitNote() : std::string();
+        throw Error(
+            path, 0, std::string("write failed (") + std::strerror(err) + ")" + (limit.empty() ? "" : ": " + limit));
+    }
 }
 
 namespace {

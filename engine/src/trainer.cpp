@@ -42,6 +42,7 @@ double secondsSince(Clock::time_point t0)
 struct Session {
     TrainConfig cfg;
     std::string runDir;
+    std::string startedIn; // runDir as given (runDir follows the folder when it is renamed)
     const RunLock* lock = nullptr; // this process' hold on runDir
     Tokenizer tok;
     std::vector<Example> train;
@@ -213,6 +214,26 @@ void prepare(Session& s, const Corpus& corpus, const TrainCallbacks& cb)
     s.step = makeStepper(s.cfg, parseDevice(r.device), r.precision);
 }
 
+// Writes go by path: a run folder renamed while it trains (`mv`, a file manager) is followed to
+// where it went, rather than written into whatever folder takes the old name, another run's
+// perhaps; a folder removed ends training. Called before each group of writes.
+void followRunFolder(Session& s, const TrainCallbacks& cb)
+{
+    if (!s.lock)
+        return;
+    const std::string now = s.lock->currentFolder(s.runDir);
+    if (now == s.runDir)
+        return;
+    if (now.empty())
+        throw Error(s.runDir, 0,
+            "the run folder was removed (or moved where this process cannot follow it) while this process was "
+            "training it: training stopped, nothing more was saved");
+    log(cb,
+        "the run folder " + printable(s.runDir) + " was moved to " + printable(now)
+            + " while training: training goes on there");
+    s.runDir = now;
+}
+
 TrainResult loop(Session& s, const TrainCallbacks& cb)
 {
     TrainResult result;
@@ -228,6 +249,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
 
     auto finish = [&](TrainStatus status) {
         result.status = status;
+        if (s.runDir != s.startedIn)
+            result.runDir = s.runDir;
         result.epochsDone = s.state.epoch;
         result.steps = s.state.step;
         result.history = s.state.history;
@@ -245,27 +268,8 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
                     + " pairs (their gradients summed: the update of the whole batch)");
     };
     std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
-    // Saves go by path: a run folder renamed while it trains (`mv`, a file manager) is followed
-    // to where it went, rather than written into whatever folder takes the old name, another
-    // run's perhaps; a folder removed ends training.
-    auto followRunFolder = [&] {
-        if (!s.lock)
-            return;
-        const std::string now = s.lock->currentFolder(s.runDir);
-        if (now == s.runDir)
-            return;
-        if (now.empty())
-            throw Error(s.runDir, 0,
-                "the run folder was removed while this process was training it: training stopped, nothing more "
-                "was saved");
-        log(cb,
-            "the run folder " + printable(s.runDir) + " was moved to " + printable(now)
-                + " while training: training goes on there");
-        s.runDir = now;
-        result.runDir = now;
-    };
     auto checkpoint = [&] {
-        followRunFolder();
+        followRunFolder(s, cb);
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
         s.state.lossScaleGoodSteps = s.step.goodSteps;
@@ -376,7 +380,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.epochTokens = 0;
         s.state.epochSeconds = 0;
         s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
-        followRunFolder();
+        followRunFolder(s, cb);
         writeMetricsCsv(s.runDir, s.state.history);
         checkpoint();
         if (improved)
@@ -457,14 +461,15 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.cfg = cfg;
         s.cfg.corpus = absoluteCorpusPath(cfg.corpus);
         s.cfg.pairing = corpus.pairing; // the pairs say how they were made; resume pairs the same way
-        s.runDir = runDir;
+        s.runDir = s.startedIn = runDir;
         s.lock = &lock;
         prepare(s, corpus, cb);
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
         s.state.vocabFingerprint = vocabularyFingerprint(s.tok);
         s.state.recipe = recipeJson(s.cfg);
-        writeFileAtomic(configPath(runDir), toJson(s.cfg));
-        s.tok.save(vocabPath(runDir));
+        followRunFolder(s, cb); // preparing can take minutes (a large corpus, a GPU's start)
+        writeFileAtomic(configPath(s.runDir), toJson(s.cfg));
+        s.tok.save(vocabPath(s.runDir));
         log(cb,
             "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size())
                 + " training and " + std::to_string(s.validation.size()) + " validation pairs, device "
@@ -472,13 +477,15 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
                 + mathNote(s.step, s.cfg));
         if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
             log(cb, big);
-        saveCheckpoint(runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
+        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
     } catch (...) {
         // Refused or failed before its first whole checkpoint (a device that is not there, a model
         // too large, a disk that filled): what this start wrote goes again, the folder too if it
-        // made it, rather than stay a half run that neither train, resume nor chat could use.
-        if (!fs::exists(statePath(runDir), ec))
-            removeFailedStart(runDir, created);
+        // made it, rather than stay a half run that neither train, resume nor chat could use. Only
+        // the folder this process holds, wherever it went: never another one put at its old name.
+        const std::string folder = s.runDir.empty() ? runDir : s.runDir;
+        if (lock.currentFolder(folder) == folder && !fs::exists(statePath(folder), ec))
+            removeFailedStart(folder, created);
         throw;
     }
     return loop(s, cb);
@@ -490,7 +497,7 @@ TrainResult resume(
     const int epochs = changes.epochs;
     Session s;
     s.cfg = loadRunConfig(runDir);
-    s.runDir = runDir;
+    s.runDir = s.startedIn = runDir;
     const RunLock lock(runDir); // one writer per run
     s.lock = &lock;
     requireRunFilesPlain(runDir);
@@ -602,7 +609,8 @@ TrainResult resume(
     }
     s.state.recipe = recipe; // recorded from here on in runs that started without it
     // The step history continues from the checkpoint loaded (no rows from a save cut short).
-    keepRunSteps(runDir, s.state.step);
+    followRunFolder(s, cb); // loading and preparing can take a while
+    keepRunSteps(s.runDir, s.state.step);
     if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)
