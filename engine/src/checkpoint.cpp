@@ -179,10 +179,37 @@ void unexpectedKeys(torch::nn::Module& module, torch::serialize::InputArchive& a
     }
 }
 
+// The first non-empty answer of check(key, the module's tensor, the archive, prefix) over the
+// module's own parameters and buffers, then its submodules' archives in turn; a submodule the
+// archive lacks is the answer when `partsRequired`, else skipped.
+using TensorCheck = std::function<std::string(const std::string& key, const torch::Tensor& want,
+    torch::serialize::InputArchive& archive, const std::string& prefix)>;
+std::string firstMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+    const TensorCheck& check, bool partsRequired)
+{
+    for (const auto& p : module.named_parameters(/*recurse=*/false))
+        if (auto why = check(p.key(), p.value(), archive, prefix); !why.empty())
+            return why;
+    for (const auto& b : module.named_buffers(/*recurse=*/false))
+        if (auto why = check(b.key(), b.value(), archive, prefix); !why.empty())
+            return why;
+    for (const auto& c : module.named_children()) {
+        torch::serialize::InputArchive sub;
+        if (!archive.try_read(c.key(), sub)) {
+            if (partsRequired)
+                return "config.json makes a part '" + prefix + c.key() + "' the checkpoint has not";
+            continue;
+        }
+        if (auto why = firstMismatch(*c.value(), sub, prefix + c.key() + ".", check, partsRequired); !why.empty())
+            return why;
+    }
+    return {};
+}
+
 // The first tensor the model has and `archive` has not, or holds in another shape, as words;
 // empty when every parameter and buffer is there in its shape. Module::load would resize a
 // tensor to what the file holds, or fail with LibTorch's words.
-std::string shapeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix)
+std::string shapeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive)
 {
     auto shape = [](const torch::Tensor& t) {
         std::string out;
@@ -190,55 +217,36 @@ std::string shapeMismatch(torch::nn::Module& module, torch::serialize::InputArch
             out += (out.empty() ? "" : " x ") + std::to_string(d);
         return out.empty() ? std::string("a scalar") : out;
     };
-    auto check = [&](const std::string& key, const torch::Tensor& want) -> std::string {
-        torch::Tensor have;
-        if (!archive.try_read(key, have))
-            return "config.json makes a tensor '" + prefix + key + "' (" + shape(want) + ") the checkpoint has not";
-        if (have.sizes() != want.sizes())
-            return "tensor '" + prefix + key + "' is " + shape(have) + " in the checkpoint, " + shape(want)
-                + " by config.json";
-        return {};
-    };
-    for (const auto& p : module.named_parameters(/*recurse=*/false))
-        if (auto why = check(p.key(), p.value()); !why.empty())
-            return why;
-    for (const auto& b : module.named_buffers(/*recurse=*/false))
-        if (auto why = check(b.key(), b.value()); !why.empty())
-            return why;
-    for (const auto& c : module.named_children()) {
-        torch::serialize::InputArchive sub;
-        if (!archive.try_read(c.key(), sub))
-            return "config.json makes a part '" + prefix + c.key() + "' the checkpoint has not";
-        if (auto why = shapeMismatch(*c.value(), sub, prefix + c.key() + "."); !why.empty())
-            return why;
-    }
-    return {};
+    return firstMismatch(
+        module, archive, "",
+        [&](const std::string& key, const torch::Tensor& want, torch::serialize::InputArchive& in,
+            const std::string& prefix) -> std::string {
+            torch::Tensor have;
+            if (!in.try_read(key, have))
+                return "config.json makes a tensor '" + prefix + key + "' (" + shape(want) + ") the checkpoint has not";
+            if (have.sizes() != want.sizes())
+                return "tensor '" + prefix + key + "' is " + shape(have) + " in the checkpoint, " + shape(want)
+                    + " by config.json";
+            return {};
+        },
+        /*partsRequired=*/true);
 }
 
 // The first tensor `archive` holds in another type than the model's, as words; empty when none.
 // Module::load would take its bytes as the model's type (a float64 weight read as float32 garbage).
-std::string typeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix)
+std::string typeMismatch(torch::nn::Module& module, torch::serialize::InputArchive& archive)
 {
-    auto check = [&](const std::string& key, const torch::Tensor& want) -> std::string {
-        torch::Tensor have;
-        if (archive.try_read(key, have) && have.scalar_type() != want.scalar_type())
-            return "tensor '" + prefix + key + "' is " + c10::toString(have.scalar_type()) + ", the model's are "
-                + c10::toString(want.scalar_type());
-        return {};
-    };
-    for (const auto& p : module.named_parameters(/*recurse=*/false))
-        if (auto why = check(p.key(), p.value()); !why.empty())
-            return why;
-    for (const auto& b : module.named_buffers(/*recurse=*/false))
-        if (auto why = check(b.key(), b.value()); !why.empty())
-            return why;
-    for (const auto& c : module.named_children()) {
-        torch::serialize::InputArchive sub;
-        if (archive.try_read(c.key(), sub))
-            if (auto why = typeMismatch(*c.value(), sub, prefix + c.key() + "."); !why.empty())
-                return why;
-    }
-    return {};
+    return firstMismatch(
+        module, archive, "",
+        [](const std::string& key, const torch::Tensor& want, torch::serialize::InputArchive& in,
+            const std::string& prefix) -> std::string {
+            torch::Tensor have;
+            if (in.try_read(key, have) && have.scalar_type() != want.scalar_type())
+                return "tensor '" + prefix + key + "' is " + c10::toString(have.scalar_type()) + ", the model's are "
+                    + c10::toString(want.scalar_type());
+            return {};
+        },
+        /*partsRequired=*/false);
 }
 
 // What is wrong with the optimizer's state as load() left it, as words; empty when nothing. Its
@@ -400,9 +408,9 @@ void loadCheckpoint(
                 "checkpoint does not match config.json (it holds '" + extra.front() + "'"
                     + (extra.size() > 1 ? " and " + std::to_string(extra.size() - 1) + " more" : std::string())
                     + ", which this model has not)" + kEditedConfig);
-        if (const std::string why = shapeMismatch(*model, m, ""); !why.empty())
+        if (const std::string why = shapeMismatch(*model, m); !why.empty())
             throw ConfigMismatch(file, 0, "checkpoint does not match config.json (" + why + ")" + kEditedConfig);
-        if (const std::string why = typeMismatch(*model, m, ""); !why.empty())
+        if (const std::string why = typeMismatch(*model, m); !why.empty())
             throw Error(file, 0, "checkpoint holds another type of tensor (" + why + "): corrupt or edited file?");
         model->load(m);
         if (optimizer) {
