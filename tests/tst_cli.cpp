@@ -964,6 +964,10 @@ void TestCli::corruptRunFilesAndTwoWriters()
         QCOMPARE(r.code, 1);
         QVERIFY2(r.err.contains(held + ": in use by process 4242"), qPrintable(r.err));
     }
+    // A resume of it too (no config.json yet: not "not a chatbench run folder").
+    const Run resumed = cli({ "train", "--resume", "--run", held });
+    QCOMPARE(resumed.code, 1);
+    QVERIFY2(resumed.err.contains(held + ": in use by process 4242"), qPrintable(resumed.err));
     ::close(holder);
     // Asking whether a folder is in use never waits on what is there: a FIFO as its lock file is
     // refused as before, not opened for reading (which would block until a writer came).

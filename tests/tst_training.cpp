@@ -664,7 +664,8 @@ void TestTraining::movedRunFolderIsFollowed()
     QCOMPARE(fs::path(r.runDir), fs::canonical(moved));
     QVERIFY2(std::any_of(notes.begin(), notes.end(),
                  [&](const std::string& n) {
-                     return n.find("was moved to " + r.runDir + " while training: training goes on there")
+                     return n.find("no longer leads to this run's folder, which is now at " + r.runDir
+                                + " (moved, or a link on the way changed): training goes on there")
                          != std::string::npos;
                  }),
         qPrintable(QString::fromStdString(notes.empty() ? "" : notes.back())));
@@ -692,6 +693,24 @@ void TestTraining::movedRunFolderIsFollowed()
                   "was training it: training stopped, nothing more was saved",
         qPrintable(error));
     QVERIFY(!fs::exists(gone));
+
+    // Its files deleted while the folder stays (a move to another file system copies, then
+    // deletes): nothing more is saved there, rather than a run without config.json or its lock.
+    const std::string emptied = dir.filePath("emptied").toStdString();
+    cb.onEpoch = [&](const EpochMetrics& m) {
+        if (m.epoch == 1)
+            for (const auto& e : fs::directory_iterator(emptied))
+                fs::remove_all(e.path());
+    };
+    error.clear();
+    try {
+        train(cfg, smallCorpus(), emptied, cb);
+    } catch (const Error& e) {
+        error = e.what();
+    }
+    QVERIFY2(error.contains("the run's lock file (.lock) was removed while this process was training it"),
+        qPrintable(error));
+    QVERIFY(fs::is_empty(emptied));
 }
 
 void TestTraining::oneWriterPerRun()

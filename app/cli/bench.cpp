@@ -144,19 +144,20 @@ int run(BenchArgs a)
         }
         throw Error("nothing was measured" + why + kept);
     }
+    // Stopped by Ctrl-C or SIGTERM: what was measured is written, and the exit status says it was
+    // cut short, as train's does (130). The table first: a report that cannot be written (a full
+    // disk, a file-size limit) is an error, but what was measured is still shown.
+    const int status = cancelFlag().load() ? 130 : 0;
+    if (a.json)
+        std::cout << toJson(r);
+    else
+        printTable(r, a.cfg);
+    std::cout.flush();
     if (!a.out.empty()) {
         writeOutputFile(a.out, toJson(r));
+        if (!a.json)
+            std::cout << "report: " << chatbench::printable(a.out) << "\n";
     }
-    // Stopped by Ctrl-C or SIGTERM: what was measured is written, and the exit status says it was
-    // cut short, as train's does (130).
-    const int status = cancelFlag().load() ? 130 : 0;
-    if (a.json) {
-        std::cout << toJson(r);
-        return status;
-    }
-    printTable(r, a.cfg);
-    if (!a.out.empty())
-        std::cout << "report: " << chatbench::printable(a.out) << "\n";
     return status;
 }
 

@@ -85,6 +85,7 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     if (runDir.empty())
         throw Error("no run folder given (the path is empty)");
     requireThreadsStart(torch::get_num_threads()); // before anything is written: the diagnosis needs them
+    requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");
     const KerasSeq2Seq m = readKerasSeq2Seq(opt.model);

@@ -466,7 +466,9 @@ RunLock::RunLock(const std::string& runDir)
         throw Error(path, 0, "has other names (a hard link); a run's lock file is a plain file of its own: remove it");
     case OwnFile::NotPlain: throw Error(path, 0, "is not a regular file: remove it");
     case OwnFile::Failed:
-        throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(errno));
+        throw Error(runDir, 0,
+            std::string("cannot open the run's lock file: ") + std::strerror(errno)
+                + (errno == EISDIR ? " (.lock is a folder: remove it)" : ""));
     }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
         const Error busy = inUse(runDir, m_fd);
@@ -630,6 +632,16 @@ RunLock::~RunLock()
         ::close(m_dirFd);
     if (m_fd >= 0)
         ::close(m_fd); // releases the lock; the file stays (removing it would race a new locker)
+}
+
+bool RunLock::lockFileIntact(const std::string& runDir) const
+{
+    struct stat held {
+    }, there {};
+    if (m_fd < 0 || ::fstat(m_fd, &held) != 0)
+        return true; // nothing to compare with
+    return ::stat((fs::path(runDir) / ".lock").c_str(), &there) == 0 && there.st_dev == held.st_dev
+        && there.st_ino == held.st_ino;
 }
 
 std::string RunLock::currentFolder(const std::string& runDir) const
@@ -1091,6 +1103,7 @@ TrainConfig loadRunConfig(const std::string& runDir)
             throw Error(runDir, 0, why == text::kNotThere ? "no such run folder" : why);
         if (const std::string why = text::unreachable(path); !why.empty() && why != text::kNotThere)
             throw Error(path, 0, why);
+        requireRunNotInUse(runDir); // a start or an import still making it
         throw Error(runDir, 0, "not a chatbench run folder (no config.json)");
     }
     return trainConfigFromJson(text::readFile(path, text::kMaxJsonFileBytes), path);

@@ -117,6 +117,8 @@ public:
     // was moved (renamed) while the lock was held; empty when it was removed. A writer saves by
     // path, so without asking it would write into whatever folder took the old name.
     std::string currentFolder(const std::string& runDir) const;
+    // Whether runDir/.lock is still the lock file this object holds (not deleted, not replaced).
+    bool lockFileIntact(const std::string& runDir) const;
 
 private:
     int m_fd = -1;

@@ -18,10 +18,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -222,16 +225,47 @@ void followRunFolder(Session& s, const TrainCallbacks& cb)
     if (!s.lock)
         return;
     const std::string now = s.lock->currentFolder(s.runDir);
-    if (now == s.runDir)
-        return;
     if (now.empty())
         throw Error(s.runDir, 0,
             "the run folder was removed (or moved where this process cannot follow it) while this process was "
             "training it: training stopped, nothing more was saved");
-    log(cb,
-        "the run folder " + printable(s.runDir) + " was moved to " + printable(now)
-            + " while training: training goes on there");
-    s.runDir = now;
+    if (now != s.runDir) {
+        log(cb,
+            "the path " + printable(s.runDir) + " no longer leads to this run's folder, which is now at "
+                + printable(now) + " (moved, or a link on the way changed): training goes on there");
+        s.runDir = now;
+    }
+    // The folder is where it was, but its files went (a move to another file system copies, then
+    // deletes): whatever this process saved now would be a run without config.json or its lock.
+    if (!s.lock->lockFileIntact(s.runDir))
+        throw Error(s.runDir, 0,
+            "the run's lock file (.lock) was removed while this process was training it (the folder moved to "
+            "another file system, or its files deleted?): training stopped, nothing more was saved here");
+}
+
+// `write` once; when it fails because the folder moved meanwhile, once more where it went (a
+// rename during a save makes the save's own rename fail).
+void writeFollowing(Session& s, const TrainCallbacks& cb, const std::function<void()>& write)
+{
+    const std::string before = s.runDir;
+    try {
+        write();
+    } catch (const Error&) {
+        followRunFolder(s, cb);
+        if (s.runDir == before)
+            throw;
+        // The cut-short save's temporary file went with the folder, where its writer (this
+        // process, the folder's only writer) could no longer remove it by name.
+        const std::string mine = ".tmp-" + std::to_string(::getpid()) + "-";
+        std::error_code ec;
+        for (fs::directory_iterator it(s.runDir, ec), end; !ec && it != end; it.increment(ec))
+            if (const std::string name = it->path().filename().string();
+                name.size() > 1 && name[0] == '.' && name.find(mine) != std::string::npos) {
+                std::error_code e2;
+                fs::remove(it->path(), e2);
+            }
+        write();
+    }
 }
 
 TrainResult loop(Session& s, const TrainCallbacks& cb)
@@ -274,10 +308,11 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.lossScale = s.step.lossScale;
         s.state.lossScaleGoodSteps = s.step.goodSteps;
         // Steps first: rows past state.json's step (a save cut short) are ignored by readers.
-        appendRunSteps(s.runDir, unsavedSteps);
+        writeFollowing(s, cb, [&] { appendRunSteps(s.runDir, unsavedSteps); });
         unsavedSteps.clear();
         settleOptimizer(s.step);
-        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
+        writeFollowing(
+            s, cb, [&] { saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints); });
     };
 
     if (cb.onSnapshot)
@@ -381,10 +416,10 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.epochSeconds = 0;
         s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
         followRunFolder(s, cb);
-        writeMetricsCsv(s.runDir, s.state.history);
+        writeFollowing(s, cb, [&] { writeMetricsCsv(s.runDir, s.state.history); });
         checkpoint();
         if (improved)
-            keepBestCheckpoint(s.runDir, s.state);
+            writeFollowing(s, cb, [&] { keepBestCheckpoint(s.runDir, s.state); });
         // Said once per stretch without improvement: when it first reaches kOverfitEpochs.
         if (static_cast<int>(s.state.history.size()) - 1 - bestEpochIndex(s.state.history) == kOverfitEpochs) {
             if (const std::string note = overfittingNote(s.state.history, kOverfitEpochs); !note.empty())
@@ -442,6 +477,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     if (runDir.empty())
         throw Error("no run folder given (the path is empty)");
     std::error_code ec;
+    requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     if (fs::is_directory(runDir, ec)) {
@@ -468,8 +504,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.state.vocabFingerprint = vocabularyFingerprint(s.tok);
         s.state.recipe = recipeJson(s.cfg);
         followRunFolder(s, cb); // preparing can take minutes (a large corpus, a GPU's start)
-        writeFileAtomic(configPath(s.runDir), toJson(s.cfg));
-        s.tok.save(vocabPath(s.runDir));
+        writeFollowing(s, cb, [&] { writeFileAtomic(configPath(s.runDir), toJson(s.cfg)); });
+        followRunFolder(s, cb);
+        writeFollowing(s, cb, [&] { s.tok.save(vocabPath(s.runDir)); });
         log(cb,
             "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size())
                 + " training and " + std::to_string(s.validation.size()) + " validation pairs, device "
@@ -477,7 +514,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
                 + mathNote(s.step, s.cfg));
         if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
             log(cb, big);
-        saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints);
+        followRunFolder(s, cb);
+        writeFollowing(
+            s, cb, [&] { saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints); });
     } catch (...) {
         // Refused or failed before its first whole checkpoint (a device that is not there, a model
         // too large, a disk that filled): what this start wrote goes again, the folder too if it
@@ -496,6 +535,7 @@ TrainResult resume(
 {
     const int epochs = changes.epochs;
     Session s;
+    requireRunNotInUse(runDir); // before its files are read: a writer may be making them
     s.cfg = loadRunConfig(runDir);
     s.runDir = s.startedIn = runDir;
     const RunLock lock(runDir); // one writer per run
