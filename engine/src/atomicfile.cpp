@@ -260,12 +260,9 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
             const auto space = fs::space(folder, ec);
             std::string why
                 = "write failed (" + std::string(err ? std::strerror(err) : "short write") + ") in " + folder.string();
-            struct rlimit limit { };
-            if (err == EFBIG && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
-                && contents.size() > limit.rlim_cur)
-                why += ": this process may write files of at most " + sizeInWords(limit.rlim_cur)
-                    + " (the file-size limit, ulimit -f) and this one takes " + sizeInWords(contents.size())
-                    + "; raise the limit";
+            if (const std::string limit = err == EFBIG ? fileSizeLimitNote(contents.size()) : std::string();
+                !limit.empty())
+                why += ": " + limit;
             else if (!ec)
                 why += "; " + mebibytes(space.available, false) + " MiB free there, " + mebibytes(contents.size(), true)
                     + " MiB needed";
@@ -274,12 +271,25 @@ void writeFileAtomic(const std::string& path, const std::string& contents)
     });
 }
 
-std::string fileSizeLimitNote()
+std::string fileSizeLimitNote(uintmax_t bytes)
 {
     struct rlimit limit { };
-    if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || bytes <= limit.rlim_cur)
         return {};
-    return "the file-size limit (ulimit -f) is " + sizeInWords(limit.rlim_cur) + "; raise it";
+    return "this process may write files of at most " + sizeInWords(limit.rlim_cur)
+        + " (the file-size limit, ulimit -f) and this one takes " + sizeInWords(bytes) + "; raise the limit";
+}
+
+void removeOwnTempFiles(const std::string& folder)
+{
+    const std::string mine = ".tmp-" + std::to_string(::getpid()) + "-";
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+        if (const std::string name = it->path().filename().string();
+            name.size() > 1 && name[0] == '.' && name.find(mine) != std::string::npos) {
+            std::error_code e2;
+            fs::remove(it->path(), e2);
+        }
 }
 
 std::string temporaryFolder(const std::string& use)

@@ -26,8 +26,14 @@ bool tempFileWriterIsAlive(const std::string& fileName);
 // there"), not the standard library's bare "temp_directory_path".
 std::string temporaryFolder(const std::string& use);
 
-// After a write failed with EFBIG: "the file-size limit (ulimit -f) is 8.7 MiB; raise it", or
-// empty where no such limit is set (a file system's own maximum).
-std::string fileSizeLimitNote();
+// After a write failed with EFBIG: "this process may write files of at most 8.7 MiB (the
+// file-size limit, ulimit -f) and this one takes 9.1 MiB; raise the limit", or empty where the
+// file of `bytes` is within the limit (a file system's own maximum) or none is set.
+std::string fileSizeLimitNote(uintmax_t bytes);
+
+// Removes this process' own temporary files in `folder`: a write cut short there (the folder
+// renamed under it) could not remove its file by the old name. Only for a folder this process
+// alone writes, with none of its writes under way.
+void removeOwnTempFiles(const std::string& folder);
 
 } // namespace chatbench

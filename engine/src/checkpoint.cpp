@@ -381,14 +381,14 @@ void loadCheckpoint(
     const std::string file = (fs::path(runDir) / state.checkpoint).string();
     if (!fs::exists(file))
         throw Error(file, 0, "checkpoint file is missing");
-    std::error_code sizeError;
-    const uintmax_t fileBytes = fs::file_size(file, sizeError);
     std::string bytes;
     try {
         bytes = text::readFile(file, static_cast<int64_t>(checkpointByteLimit(model)),
             "no checkpoint of this run's model (config.json's sizes) is that large: corrupt or another file?");
     } catch (const std::bad_alloc&) {
-        throw OutOfMemoryReading(file, sizeError ? 0 : fileBytes);
+        std::error_code ec;
+        const uintmax_t size = fs::file_size(file, ec);
+        throw OutOfMemoryReading(file, ec ? 0 : size);
     }
     if (state.haveCrc && text::crc32(bytes) != state.checkpointCrc)
         throw Error(file, 0, "checksum mismatch: the checkpoint is corrupt");

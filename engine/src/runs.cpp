@@ -986,7 +986,8 @@ void appendRunSteps(const std::string& runDir, const std::vector<StepMetrics>& r
         (void)!::ftruncate(fd, static_cast<off_t>(size));
     ::close(fd);
     if (err != 0) {
-        const std::string limit = err == EFBIG ? fileSizeLimitNote() : std::string();
+        const std::string limit
+            = err == EFBIG ? fileSizeLimitNote(static_cast<uintmax_t>(size) + bytes.size()) : std::string();
         throw Error(
             path, 0, std::string("write failed (") + std::strerror(err) + ")" + (limit.empty() ? "" : ": " + limit));
     }

@@ -24,8 +24,6 @@
 #include <sstream>
 #include <thread>
 
-#include <unistd.h>
-
 namespace fs = std::filesystem;
 
 namespace chatbench {
@@ -243,10 +241,12 @@ void followRunFolder(Session& s, const TrainCallbacks& cb)
             "another file system, or its files deleted?): training stopped, nothing more was saved here");
 }
 
-// `write` once; when it fails because the folder moved meanwhile, once more where it went (a
-// rename during a save makes the save's own rename fail).
+// `write` where the run's folder is now; when it fails because the folder moved meanwhile (a
+// rename during a save makes the save's own rename fail), once more where it went, its cut-short
+// temporary file removed there.
 void writeFollowing(Session& s, const TrainCallbacks& cb, const std::function<void()>& write)
 {
+    followRunFolder(s, cb);
     const std::string before = s.runDir;
     try {
         write();
@@ -254,16 +254,7 @@ void writeFollowing(Session& s, const TrainCallbacks& cb, const std::function<vo
         followRunFolder(s, cb);
         if (s.runDir == before)
             throw;
-        // The cut-short save's temporary file went with the folder, where its writer (this
-        // process, the folder's only writer) could no longer remove it by name.
-        const std::string mine = ".tmp-" + std::to_string(::getpid()) + "-";
-        std::error_code ec;
-        for (fs::directory_iterator it(s.runDir, ec), end; !ec && it != end; it.increment(ec))
-            if (const std::string name = it->path().filename().string();
-                name.size() > 1 && name[0] == '.' && name.find(mine) != std::string::npos) {
-                std::error_code e2;
-                fs::remove(it->path(), e2);
-            }
+        removeOwnTempFiles(s.runDir);
         write();
     }
 }
@@ -303,7 +294,6 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
     };
     std::vector<StepMetrics> unsavedSteps; // appended to steps.csv with the next checkpoint
     auto checkpoint = [&] {
-        followRunFolder(s, cb);
         s.state.elapsedSeconds = elapsedAtStart + secondsSince(callStart);
         s.state.lossScale = s.step.lossScale;
         s.state.lossScaleGoodSteps = s.step.goodSteps;
@@ -415,7 +405,6 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         s.state.epochTokens = 0;
         s.state.epochSeconds = 0;
         s.state.finished = stopEarly || s.state.epoch >= s.cfg.epochs;
-        followRunFolder(s, cb);
         writeFollowing(s, cb, [&] { writeMetricsCsv(s.runDir, s.state.history); });
         checkpoint();
         if (improved)
@@ -480,10 +469,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
-    if (fs::is_directory(runDir, ec)) {
-        requireRunNotInUse(runDir);
+    if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
-    }
     const bool created = !fs::exists(runDir, ec);
     createRunFolder(runDir);
     const RunLock lock(runDir); // one writer; a second train on this folder stops here
@@ -503,9 +490,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         s.state.corpusFingerprint = corpusFingerprint(corpus.pairs);
         s.state.vocabFingerprint = vocabularyFingerprint(s.tok);
         s.state.recipe = recipeJson(s.cfg);
-        followRunFolder(s, cb); // preparing can take minutes (a large corpus, a GPU's start)
+        // Preparing can take minutes (a large corpus, a GPU's start): each write goes where the folder is.
         writeFollowing(s, cb, [&] { writeFileAtomic(configPath(s.runDir), toJson(s.cfg)); });
-        followRunFolder(s, cb);
         writeFollowing(s, cb, [&] { s.tok.save(vocabPath(s.runDir)); });
         log(cb,
             "vocabulary " + std::to_string(s.tok.size()) + " words, " + std::to_string(s.train.size())
@@ -514,7 +500,6 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
                 + mathNote(s.step, s.cfg));
         if (const std::string big = largeVocabularyNote(s.cfg); !big.empty())
             log(cb, big);
-        followRunFolder(s, cb);
         writeFollowing(
             s, cb, [&] { saveCheckpoint(s.runDir, s.step.model, *s.step.optimizer, s.state, s.cfg.keepCheckpoints); });
     } catch (...) {
@@ -649,8 +634,7 @@ TrainResult resume(
     }
     s.state.recipe = recipe; // recorded from here on in runs that started without it
     // The step history continues from the checkpoint loaded (no rows from a save cut short).
-    followRunFolder(s, cb); // loading and preparing can take a while
-    keepRunSteps(s.runDir, s.state.step);
+    writeFollowing(s, cb, [&] { keepRunSteps(s.runDir, s.state.step); }); // loading can take a while
     if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)
