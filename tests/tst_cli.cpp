@@ -75,6 +75,7 @@ private Q_SLOTS:
     void corpusOutOfMemoryNamesTheFile();
     void brokenPipeStopsTrainingWithACheckpoint();
     void fileSizeLimitIsAnErrorNotASignal();
+    void smallStackLimitIsNoLimit();
     void namesThatActOnTheTerminalAreEscaped();
     void defaultCorpusSaysWhereItCameFrom();
     void threadsTheSystemRefusesAreSaid();
@@ -358,6 +359,24 @@ void TestCli::fileSizeLimitIsAnErrorNotASignal()
     QVERIFY(!QFileInfo::exists(fresh));
 }
 
+// `ulimit -s` sets the hard limit too, so the program cannot raise it: MKL's products overflowed
+// 256 KiB in a worker thread (SIGSEGV inside sgemm) and the YAML parser 128 KiB at 400 levels.
+void TestCli::smallStackLimitIsNoLimit()
+{
+    const QString run = m_dir.filePath("small-stack");
+    const Run train = shell("ulimit -s 256; exec \"$0\" train --epochs 1 --threads 2 --corpus \"$1\" --run \"$2\"",
+        { CHATBENCH_DATASETS_DIR "/chatbench", run });
+    QVERIFY2(train.code == 0, qPrintable(train.err));
+    const Run chat = shell("ulimit -s 64; exec \"$0\" chat --run \"$1\" --once \"good morning\"", { run });
+    QVERIFY2(chat.code == 0 && !chat.out.trimmed().isEmpty(), qPrintable(chat.err));
+    QByteArray nested = "conversations:\n- - ";
+    nested += QByteArray(400, '[') + QByteArray(400, ']') + "\n  - hello\n";
+    const QString deep = QString::fromStdString(testutil::writeFile(m_dir, "deep.yml", nested));
+    const Run stats = shell("ulimit -s 128; exec \"$0\" corpus stats \"$1\"", { deep });
+    QCOMPARE(stats.code, 1);
+    QVERIFY2(stats.err.contains("deep.yml:2: a turn must be text, not a list or a map"), qPrintable(stats.err));
+}
+
 void TestCli::brokenPipeStopsTrainingWithACheckpoint()
 {
     const QString run = m_dir.filePath("piped");
@@ -597,11 +616,30 @@ void TestCli::badArguments()
         QVERIFY(r.code != 0);
         QVERIFY2(r.err.contains("is not a decimal number"), qPrintable(r.err));
     }
-    // /dev/stdout into a pipe (this test's) was "…/proc/self/fd/pipe:[N]: cannot write file".
-    const Run toPipe = cli({ "corpus", "export", m_corpus, "--out", "/dev/stdout" });
-    QCOMPARE(toPipe.code, 1);
-    QVERIFY2(toPipe.err.contains("/dev/stdout: is not a regular file (a pipe, device or socket, through its link)"),
-        qPrintable(toPipe.err));
+    // /dev/stdout into a pipe (this test's) was "…/proc/self/fd/pipe:[N]: cannot write file", and
+    // into a file (`>> file`) replaced the file. Standard output (or "-") gets the pairs, whatever
+    // it is, with the summary on standard error; other pipes and devices stay refused.
+    for (const char* out : { "/dev/stdout", "-" }) {
+        const Run toPipe = cli({ "corpus", "export", m_corpus, "--out", out });
+        QVERIFY2(toPipe.code == 0, qPrintable(toPipe.err));
+        QVERIFY2(
+            toPipe.out.startsWith("# prompt<TAB>response\n") && toPipe.out.count('\n') == 6, qPrintable(toPipe.out));
+        QVERIFY2(toPipe.err.contains("wrote 5 pairs (consecutive pairing) to standard output"), qPrintable(toPipe.err));
+    }
+    const Run toStderr = cli({ "corpus", "export", m_corpus, "--out", "/dev/stderr" });
+    QCOMPARE(toStderr.code, 1);
+    QVERIFY2(toStderr.err.contains("/dev/stderr: is not a regular file (a pipe, device or socket, through its link)"),
+        qPrintable(toStderr.err));
+    const QString appended = QString::fromStdString(testutil::writeFile(m_dir, "appended.tsv", "# kept\n"));
+    const Run append = shell("\"$0\" corpus export \"$1\" --out /dev/stdout >> \"$2\"", { m_corpus, appended });
+    QVERIFY2(append.code == 0, qPrintable(append.err));
+    const QByteArray written = testutil::readFile(appended);
+    QVERIFY2(written.startsWith("# kept\n# prompt<TAB>response\n") && written.count('\n') == 7, written.constData());
+    const Run report = shell("\"$0\" bench --preset quick --out /dev/stdout >> \"$1\"", { appended });
+    QCOMPARE(report.code, 1);
+    QVERIFY2(report.err.contains("/dev/stdout: is this command's standard output: --json prints the report there"),
+        qPrintable(report.err));
+    QCOMPARE(testutil::readFile(appended), written);
     // A run folder named by a link to nowhere was "cannot create run folder: File exists".
     const QString dangling = m_dir.filePath("dangling");
     QCOMPARE(::symlink("nowhere/x", dangling.toLocal8Bit().constData()), 0);
@@ -1001,7 +1039,7 @@ void TestCli::outputsNeverOverwriteInputsOrRuns()
     // ... unless the folder would read it as one of its own next time (found by an outside pass:
     // TSV in pairs.yml, and the folder then failed to load).
     QVERIFY(QDir(folder).mkpath("deeper"));
-    for (const QString& name : { "pairs.yml", "deeper/PAIRS.YAML" }) {
+    for (const char* name : { "pairs.yml", "deeper/PAIRS.YAML" }) {
         const Run yml = cli({ "corpus", "export", folder, "--out", folder + "/" + name });
         QCOMPARE(yml.code, 1);
         QVERIFY2(yml.err.contains("which reads every .yml and .yaml file in it"), qPrintable(yml.err));

@@ -114,7 +114,7 @@ int run(BenchArgs a)
                 + " not timed: the preset's model is timed at those sizes";
     }
     if (!a.out.empty())
-        checkOutputFile(a.out, { a.corpus }); // before minutes of timing, not after
+        checkOutputFile(a.out, { a.corpus }, "--json prints the report there"); // before minutes of timing
     const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags, defaulted);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();

@@ -14,6 +14,8 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace cli {
 
@@ -184,9 +186,20 @@ void decimalWholeNumbers(CLI::App& app)
         decimalWholeNumbers(*sub);
 }
 
-void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs)
+bool namesStandardOutput(const std::string& out)
+{
+    struct stat named { };
+    struct stat standard { };
+    return out == "-"
+        || (::stat(out.c_str(), &named) == 0 && ::fstat(STDOUT_FILENO, &standard) == 0
+            && named.st_dev == standard.st_dev && named.st_ino == standard.st_ino);
+}
+
+void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs, const std::string& standardOutput)
 {
     namespace fs = std::filesystem;
+    if (namesStandardOutput(out))
+        throw chatbench::Error(out, 0, "is this command's standard output: " + standardOutput);
     chatbench::checkOutputPath(out); // a pipe, device or folder: said before any work
     std::error_code ec;
     const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);

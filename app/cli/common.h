@@ -59,8 +59,14 @@ void addCorpusFlags(CLI::App* cmd, CorpusFlags& flags);
 inline constexpr size_t kWarningsShown = 5; // skipped records listed without --verbose
 
 // Refuses (Error naming it) an output file that would overwrite one of `inputs` (the file itself
-// by any path, or a file inside an input folder) or would land in a run folder.
-void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs);
+// by any path, or a file inside an input folder) or would land in a run folder, and one that is
+// this command's standard output (`--out /dev/stdout > file`: the file would be replaced, not
+// written to, and what else the command prints lost); `standardOutput` says how to print there.
+void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs, const std::string& standardOutput);
+
+// Whether `out` is "-" or names the very file, pipe or terminal standard output is (/dev/stdout,
+// /proc/self/fd/1, a link to its file).
+bool namesStandardOutput(const std::string& out);
 
 // Loads a corpus named on the command line and reports what was skipped on stderr: a summary
 // and the first few warnings (all with --verbose).

@@ -50,14 +50,25 @@ int validate(const CorpusArgs& a)
 }
 
 // The pairs exactly as training would see them (format, pairing and skipped records alike), for a
-// tool that reads only TSV: the side-by-side peers.
+// tool that reads only TSV: the side-by-side peers. `--out -` (or /dev/stdout, which `>> file`
+// appends to) prints the pairs there, and the summary on standard error.
 int exportPairs(const CorpusArgs& a)
 {
-    checkOutputFile(a.out, { a.path });
+    const bool toStandardOutput = namesStandardOutput(a.out);
+    if (!toStandardOutput)
+        checkOutputFile(a.out, { a.path }, "");
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
-    chatbench::writePairsTsv(c.pairs, a.out);
-    std::cout << "wrote " << c.pairs.size() << (c.pairs.size() == 1 ? " pair (" : " pairs (")
-              << chatbench::pairingName(c.pairing) << " pairing) to " << chatbench::printable(a.out) << "\n";
+    if (toStandardOutput) {
+        std::cout << chatbench::pairsTsv(c.pairs) << std::flush;
+        if (!std::cout)
+            return 0; // main says why the output did not arrive, and fails
+    } else {
+        chatbench::writePairsTsv(c.pairs, a.out);
+    }
+    (toStandardOutput ? std::cerr : std::cout)
+        << "wrote " << c.pairs.size() << (c.pairs.size() == 1 ? " pair (" : " pairs (")
+        << chatbench::pairingName(c.pairing) << " pairing) to "
+        << (toStandardOutput ? std::string("standard output") : chatbench::printable(a.out)) << "\n";
     return 0;
 }
 
@@ -83,7 +94,7 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     statsCmd->add_flag("--json", args->json, "Print JSON");
     statsCmd->callback([args, &exitCode] { exitCode = stats(*args); });
     validateCmd->callback([args, &exitCode] { exitCode = validate(*args); });
-    exportCmd->add_option("--out", args->out, "The TSV file to write")->required();
+    exportCmd->add_option("--out", args->out, "The TSV file to write ('-': standard output)")->required();
     exportCmd->callback([args, &exitCode] { exitCode = exportPairs(*args); });
 }
 

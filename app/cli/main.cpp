@@ -82,7 +82,9 @@ private:
 
 } // namespace
 
-int main(int argc, char** argv)
+namespace {
+
+int runCommand(int argc, char** argv)
 {
     chatbench::prepareProcess(); // before anything starts CUDA
     std::streambuf* const stdoutBuffer = std::cout.rdbuf();
@@ -174,4 +176,11 @@ int main(int argc, char** argv)
         return exitCode != 0 ? exitCode : 1;
     }
     return exitCode;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    return chatbench::startcheck::onRoomyStack(runCommand, argc, argv);
 }

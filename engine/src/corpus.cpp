@@ -872,14 +872,19 @@ Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options)
 
 } // namespace
 
-void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
+std::string pairsTsv(const std::vector<Pair>& pairs)
 {
     std::string out = "# prompt<TAB>response\n";
     for (const Pair& p : pairs) {
         const std::string prompt = tsvColumn(p.prompt);
         out += (prompt.empty() || prompt.front() != '#' ? "" : " ") + prompt + '\t' + tsvColumn(p.response) + '\n';
     }
-    writeOutputFile(path, out);
+    return out;
+}
+
+void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
+{
+    writeOutputFile(path, pairsTsv(pairs));
 }
 
 Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed)

@@ -391,7 +391,7 @@ void requireThreadsStart(int threads)
     pthread_attr_init(&attr);
     // Below the system's minimum libgomp refuses the size (with a message of its own) and keeps
     // the default stack: so does this check.
-    const size_t askedBytes = ompStackBytes(), stack = askedBytes >= PTHREAD_STACK_MIN ? askedBytes : 0;
+    const size_t askedBytes = ompStackBytes(), stack = askedBytes >= size_t(PTHREAD_STACK_MIN) ? askedBytes : 0;
     if (stack > 0)
         pthread_attr_setstacksize(&attr, stack);
     std::vector<pthread_t> started;

@@ -223,31 +223,45 @@ CHATBENCH_INLINE U16 roundedPairs(U16 lo, U16 hi)
         return (nan & 0x7FC0u) | (~nan & rounded);
     };
     const U16 a = round(lo), b = round(hi);
-    const U16 even = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
-    const U16 odd = even + 1u;
-    return __builtin_shuffle(a, b, even) | (__builtin_shuffle(a, b, odd) << 16);
+    const U16 even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const U16 odd = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return even | (odd << 16);
 }
 
-// t (16 × 16) transposed in place: at each stage the off-diagonal b × b blocks of every 2b × 2b
-// block are swapped (b = 8, 4, 2, 1).
+// Lane j of the two halves one stage of transpose16 makes of rows a and b (the shuffle's lanes
+// 0–15 are a's, 16–31 b's): the first keeps a's lanes outside each b-wide block and takes b's
+// inside it, the second the other way round.
+template <int B> constexpr int firstHalf(int j)
+{
+    return (j & B) == 0 ? j : 16 + j - B;
+}
+template <int B> constexpr int secondHalf(int j)
+{
+    return (j & B) == 0 ? j + B : 16 + j;
+}
+
+// One stage: the off-diagonal B × B blocks of every 2B × 2B block swapped.
+template <int B> CHATBENCH_INLINE void transposeStage(U16* t)
+{
+#define CHATBENCH_LANES(f)                                                                                             \
+    f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7), f(8), f(9), f(10), f(11), f(12), f(13), f(14), f(15)
+    for (int i = 0; i < 16; ++i)
+        if ((i & B) == 0) {
+            const U16 x = __builtin_shufflevector(t[i], t[i + B], CHATBENCH_LANES(firstHalf<B>));
+            const U16 y = __builtin_shufflevector(t[i], t[i + B], CHATBENCH_LANES(secondHalf<B>));
+            t[i] = x;
+            t[i + B] = y;
+        }
+#undef CHATBENCH_LANES
+}
+
+// t (16 × 16) transposed in place, in four stages (B = 8, 4, 2, 1).
 CHATBENCH_INLINE void transpose16(U16* t)
 {
-    auto stage = [t](int b, U16 first, U16 second) {
-        for (int i = 0; i < 16; ++i)
-            if ((i & b) == 0) {
-                const U16 x = __builtin_shuffle(t[i], t[i + b], first), y = __builtin_shuffle(t[i], t[i + b], second);
-                t[i] = x;
-                t[i + b] = y;
-            }
-    };
-    stage(8, U16 { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
-        U16 { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 });
-    stage(4, U16 { 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27 },
-        U16 { 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31 });
-    stage(2, U16 { 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 },
-        U16 { 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 });
-    stage(1, U16 { 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30 },
-        U16 { 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31 });
+    transposeStage<8>(t);
+    transposeStage<4>(t);
+    transposeStage<2>(t);
+    transposeStage<1>(t);
 }
 
 CHATBENCH_CLONES void bf16RowsAndPairs(

@@ -80,6 +80,8 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options = {});
 // space so it is not a comment. The
 // file is replaced atomically. Throws Error naming the file when it cannot be written.
 void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path);
+// The same file's text.
+std::string pairsTsv(const std::vector<Pair>& pairs);
 
 // The format loadCorpus would use for `path` (Auto never comes back). Throws Error when the
 // path does not exist or nothing fits.
