@@ -39,15 +39,6 @@ void describe(QCommandLineParser& parser, const Options& o)
 
 int main(int argc, char** argv)
 {
-    // The window's thread is the main thread (the command line moves its work to a thread with a
-    // larger stack instead).
-    if (chatbench::startcheck::mainStackLimit() < chatbench::startcheck::kStackNeeded) {
-        std::fprintf(stderr,
-            "error: the stack limit (ulimit -s) is %llu KiB and its hard limit allows no more; the window needs "
-            "1024 KiB: start it from a shell with a larger limit\n",
-            static_cast<unsigned long long>(chatbench::startcheck::mainStackLimit() >> 10));
-        return 1;
-    }
     chatbench::prepareProcess(); // before anything starts CUDA
     const Options options;
     // --help and --version need no display: answer them before a window system is required.
@@ -62,6 +53,15 @@ int main(int argc, char** argv)
             p.process(core); // prints and exits
             return 0;
         }
+    }
+    // The window's thread is the main thread (the command line moves its work to a thread with a
+    // larger stack instead).
+    if (chatbench::startcheck::mainStackLimit() < chatbench::startcheck::kStackNeeded) {
+        std::fprintf(stderr,
+            "error: the stack limit (ulimit -s) is %llu KiB and its hard limit (ulimit -Hs) allows no more; the "
+            "window needs 1024 KiB: start it where the hard limit is higher\n",
+            static_cast<unsigned long long>(chatbench::startcheck::mainStackLimit() >> 10));
+        return 1;
     }
     QApplication app(argc, argv);
     QApplication::setOrganizationName("chatbench");

@@ -57,9 +57,8 @@ inline void roomForTheStack()
     mainStackLimit() = ::setrlimit(RLIMIT_STACK, &limit) == 0 ? limit.rlim_cur : before;
 }
 
-// Runs main's work on a thread with a stack of 8 MiB where the main thread's stack limit is below
-// 1 MiB and could not be raised (`ulimit -s 256` sets the hard limit too); on the main thread
-// otherwise.
+// Runs main's work on a thread with a stack of 8 MiB (asked for, not left to the default) where the main thread's stack
+// limit is below 1 MiB and could not be raised (`ulimit -s 256` sets the hard limit too); on the main thread otherwise.
 inline int onRoomyStack(int (*work)(int, char**), int argc, char** argv)
 {
     if (mainStackLimit() >= kStackNeeded)
@@ -70,28 +69,31 @@ inline int onRoomyStack(int (*work)(int, char**), int argc, char** argv)
         char** argv;
         int status;
     } call { work, argc, argv, 1 };
-    pthread_t thread; // the default attributes: 8 MiB of stack (roomForTheStack)
-    if (::pthread_create(
-            &thread, nullptr,
-            [](void* p) -> void* {
-                auto* c = static_cast<Call*>(p);
-                c->status = c->work(c->argc, c->argv);
-                return nullptr;
-            },
-            &call)
-        != 0) {
+    pthread_attr_t attr;
+    pthread_t thread;
+    int err = ::pthread_attr_init(&attr);
+    if (err == 0) {
+        err = ::pthread_attr_setstacksize(&attr, kStackWanted);
+        if (err == 0)
+            err = ::pthread_create(
+                &thread, &attr,
+                [](void* p) -> void* {
+                    auto* c = static_cast<Call*>(p);
+                    c->status = c->work(c->argc, c->argv);
+                    return nullptr;
+                },
+                &call);
+        ::pthread_attr_destroy(&attr);
+    }
+    if (err != 0) {
         std::fprintf(stderr,
-            "error: the stack limit (ulimit -s) is %llu KiB, and no thread could be started to run with more: "
-            "this program needs 1024 KiB\n",
-            static_cast<unsigned long long>(mainStackLimit() >> 10));
+            "error: the stack limit (ulimit -s) is %llu KiB, below the 1024 KiB this program needs, and a thread "
+            "with more could not be started (%s): raise the stack limit, or the memory limit (ulimit -v)\n",
+            static_cast<unsigned long long>(mainStackLimit() >> 10), std::strerror(err));
         return 1;
     }
-    // Signals go to the thread doing the work, so that a wait there (a read of standard input)
-    // ends with them as it would on the main thread.
-    sigset_t all;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    ::pthread_join(thread, nullptr);
+    ::pthread_join(
+        thread, nullptr); // signals are handled wherever they land: the handlers set flags or end the process
     return call.status;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses in fuzz/ with clang (AddressSanitizer + UBSan) and runs each for
 # SECONDS, seeded from the bundled corpus and the test fixtures plus the regression inputs kept in
-# fuzz/regressions/. Prints executions and findings per harness; findings land in build-fuzz/findings/.
+# fuzz/regressions/. Prints executions and findings per harness; findings land in the build folder's findings/.
 # Usage: scripts/fuzz.sh [SECONDS] [HARNESS ...]     (HARNESS: corpus_yaml, tokenizer, pickle, …; default all)
 # FUZZ_MAX_LEN=N caps the input size (libFuzzer's -max_len; the longer seeds are cut). The YAML and
 # Cornell parsers run ~4x more inputs a second at 1024 bytes with the same coverage; pairing it with

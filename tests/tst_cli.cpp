@@ -618,7 +618,8 @@ void TestCli::badArguments()
     }
     // /dev/stdout into a pipe (this test's) was "…/proc/self/fd/pipe:[N]: cannot write file", and
     // into a file (`>> file`) replaced the file. Standard output (or "-") gets the pairs, whatever
-    // it is, with the summary on standard error; other pipes and devices stay refused.
+    // it is, with the summary on standard error; standard error is refused (pipes and devices
+    // other than standard output stay refused: outputsGoThroughLinksAndNeverIntoPipes).
     for (const char* out : { "/dev/stdout", "-" }) {
         const Run toPipe = cli({ "corpus", "export", m_corpus, "--out", out });
         QVERIFY2(toPipe.code == 0, qPrintable(toPipe.err));
@@ -628,7 +629,7 @@ void TestCli::badArguments()
     }
     const Run toStderr = cli({ "corpus", "export", m_corpus, "--out", "/dev/stderr" });
     QCOMPARE(toStderr.code, 1);
-    QVERIFY2(toStderr.err.contains("/dev/stderr: is not a regular file (a pipe, device or socket, through its link)"),
+    QVERIFY2(toStderr.err.contains("/dev/stderr: is this command's standard error, where its messages go: give a file"),
         qPrintable(toStderr.err));
     const QString appended = QString::fromStdString(testutil::writeFile(m_dir, "appended.tsv", "# kept\n"));
     const Run append = shell("\"$0\" corpus export \"$1\" --out /dev/stdout >> \"$2\"", { m_corpus, appended });
@@ -640,6 +641,24 @@ void TestCli::badArguments()
     QVERIFY2(report.err.contains("/dev/stdout: is this command's standard output: --json prints the report there"),
         qPrintable(report.err));
     QCOMPARE(testutil::readFile(appended), written);
+    // Found by a review: standard output appended to the input itself (or into its folder), and
+    // /dev/stderr onto the log it appends to, got no checks.
+    const Run intoInput = shell("\"$0\" corpus export \"$1\" --out - >> \"$1\"", { appended });
+    QCOMPARE(intoInput.code, 1);
+    QVERIFY2(intoInput.err.contains("standard output (" + QFileInfo(appended).canonicalFilePath()
+                 + "): would overwrite the input " + appended),
+        qPrintable(intoInput.err));
+    QCOMPARE(testutil::readFile(appended), written);
+    const Run toLog = shell("\"$0\" corpus export \"$1\" --out /dev/stderr 2>> \"$2\"", { m_corpus, appended });
+    QCOMPARE(toLog.code, 1);
+    QVERIFY2(testutil::readFile(appended).contains(
+                 "/dev/stderr: is this command's standard error, where its messages go: give a file"),
+        testutil::readFile(appended).constData());
+    QVERIFY(testutil::readFile(appended).startsWith(written));
+    const Run stdoutClosed = shell("\"$0\" corpus export \"$1\" --out - >&-", { m_corpus });
+    QCOMPARE(stdoutClosed.code, 1);
+    QVERIFY2(stdoutClosed.err.trimmed() == "error: the output could not be written to standard output (it was closed)",
+        qPrintable(stdoutClosed.err));
     // A run folder named by a link to nowhere was "cannot create run folder: File exists".
     const QString dangling = m_dir.filePath("dangling");
     QCOMPARE(::symlink("nowhere/x", dangling.toLocal8Bit().constData()), 0);

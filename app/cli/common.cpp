@@ -186,23 +186,29 @@ void decimalWholeNumbers(CLI::App& app)
         decimalWholeNumbers(*sub);
 }
 
-bool namesStandardOutput(const std::string& out)
+bool& standardOutputWasClosed()
 {
-    struct stat named { };
-    struct stat standard { };
-    return out == "-"
-        || (::stat(out.c_str(), &named) == 0 && ::fstat(STDOUT_FILENO, &standard) == 0
-            && named.st_dev == standard.st_dev && named.st_ino == standard.st_ino);
+    static bool closed = false;
+    return closed;
 }
 
-void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs, const std::string& standardOutput)
+namespace {
+
+// Whether `path` names the file, pipe or terminal that descriptor `fd` is.
+bool namesDescriptor(const std::string& path, int fd)
+{
+    struct stat named { };
+    struct stat opened { };
+    return ::stat(path.c_str(), &named) == 0 && ::fstat(fd, &opened) == 0 && named.st_dev == opened.st_dev
+        && named.st_ino == opened.st_ino;
+}
+
+// The checks of an output file against the inputs and run folders; `out` names it in errors.
+void checkNotAnInput(const std::string& out, const std::string& path, const std::vector<std::string>& inputs)
 {
     namespace fs = std::filesystem;
-    if (namesStandardOutput(out))
-        throw chatbench::Error(out, 0, "is this command's standard output: " + standardOutput);
-    chatbench::checkOutputPath(out); // a pipe, device or folder: said before any work
     std::error_code ec;
-    const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+    const fs::path target = fs::weakly_canonical(fs::absolute(path, ec), ec);
     if (ec)
         return; // the write names what is wrong with the path
     const fs::path folder = target.parent_path();
@@ -239,6 +245,34 @@ void checkOutputFile(const std::string& out, const std::vector<std::string>& inp
                     + ", which reads every .yml and .yaml file in it: the output would be read as a corpus file "
                       "next time; write it elsewhere");
     }
+}
+
+} // namespace
+
+bool namesStandardOutput(const std::string& out)
+{
+    return out == "-" || namesDescriptor(out, STDOUT_FILENO);
+}
+
+void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs, const std::string& standardOutput)
+{
+    if (namesStandardOutput(out))
+        throw chatbench::Error(out, 0, "is this command's standard output: " + standardOutput);
+    if (namesDescriptor(out, STDERR_FILENO))
+        throw chatbench::Error(out, 0, "is this command's standard error, where its messages go: give a file");
+    chatbench::checkOutputPath(out); // a pipe, device or folder: said before any work
+    checkNotAnInput(out, out, inputs);
+}
+
+void checkStandardOutputFile(const std::vector<std::string>& inputs)
+{
+    struct stat opened { };
+    if (::fstat(STDOUT_FILENO, &opened) != 0 || !S_ISREG(opened.st_mode))
+        return; // a pipe or a terminal: nothing is overwritten
+    std::error_code ec;
+    const std::string file = std::filesystem::read_symlink("/proc/self/fd/1", ec).string();
+    if (!ec && !file.empty() && file.front() == '/')
+        checkNotAnInput("standard output (" + file + ")", file, inputs);
 }
 
 chatbench::Corpus loadCorpusArg(const std::string& path, const CorpusFlags& flags, bool defaulted)

@@ -60,13 +60,22 @@ inline constexpr size_t kWarningsShown = 5; // skipped records listed without --
 
 // Refuses (Error naming it) an output file that would overwrite one of `inputs` (the file itself
 // by any path, or a file inside an input folder) or would land in a run folder, and one that is
-// this command's standard output (`--out /dev/stdout > file`: the file would be replaced, not
-// written to, and what else the command prints lost); `standardOutput` says how to print there.
+// this command's standard output or error (`--out /dev/stdout > file`: the file would be
+// replaced, not written to, and what else the command prints lost); `standardOutput` says how to
+// print to standard output instead.
 void checkOutputFile(const std::string& out, const std::vector<std::string>& inputs, const std::string& standardOutput);
+
+// For a command that writes its output to standard output itself: the same checks of the file
+// standard output is, where it is one (`>> corpus.tsv` would add to an input).
+void checkStandardOutputFile(const std::vector<std::string>& inputs);
 
 // Whether `out` is "-" or names the very file, pipe or terminal standard output is (/dev/stdout,
 // /proc/self/fd/1, a link to its file).
 bool namesStandardOutput(const std::string& out);
+
+// Standard output was closed when the program started (it is /dev/null now): what is written to
+// it is lost, and the command fails at the end.
+bool& standardOutputWasClosed();
 
 // Loads a corpus named on the command line and reports what was skipped on stderr: a summary
 // and the first few warnings (all with --verbose).

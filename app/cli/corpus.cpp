@@ -55,12 +55,14 @@ int validate(const CorpusArgs& a)
 int exportPairs(const CorpusArgs& a)
 {
     const bool toStandardOutput = namesStandardOutput(a.out);
-    if (!toStandardOutput)
-        checkOutputFile(a.out, { a.path }, "");
+    if (toStandardOutput)
+        checkStandardOutputFile({ a.path });
+    else
+        checkOutputFile(a.out, { a.path }, "'-' writes the pairs there");
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
     if (toStandardOutput) {
         std::cout << chatbench::pairsTsv(c.pairs) << std::flush;
-        if (!std::cout)
+        if (!std::cout || standardOutputWasClosed())
             return 0; // main says why the output did not arrive, and fails
     } else {
         chatbench::writePairsTsv(c.pairs, a.out);

@@ -86,6 +86,7 @@ namespace {
 
 int runCommand(int argc, char** argv)
 {
+    cli::standardOutputWasClosed() = chatbench::startcheck::stdoutWasClosed();
     chatbench::prepareProcess(); // before anything starts CUDA
     std::streambuf* const stdoutBuffer = std::cout.rdbuf();
     FailureKeepingBuffer out(stdoutBuffer);
