@@ -14,6 +14,7 @@ SECONDS_EACH="${1:-60}"
 # FUZZ_SANITIZE=undefined builds the harnesses without AddressSanitizer (in build-fuzz-undefined):
 # the checkpoint harness then runs ~10x more inputs a second, and a memory error shows only when it crashes.
 # FUZZ_BUILD_DIR=DIR builds and works there instead (the test suite's check of this runner).
+# FUZZ_JOBS=N runs the harnesses that fuzz in forked processes (keras_model, checkpoint) N at once.
 SANITIZE="${FUZZ_SANITIZE:-address,undefined}"
 BUILD=build-fuzz
 [ "$SANITIZE" = address,undefined ] || BUILD="build-fuzz-${SANITIZE//,/-}"
@@ -75,14 +76,18 @@ for f in sys.argv[2:]:
   mode=()
   # HDF5 itself crashes on some malformed files (the importer reads models in a child process,
   # which contains that): those crashes are recorded and fuzzing goes on past them.
-  [ "$h" = keras_model ] && mode=(-fork=1 -ignore_crashes=1)
+  [ "$h" = keras_model ] && mode=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1)
+  # LibTorch's archive reader leaks on malformed archives (fuzz/lsan.supp): one process grows by
+  # about 1 KB an input, past any memory limit in a long campaign. In fork mode each job is a
+  # process of its own that ends within 300 s.
+  [ "$h" = checkpoint ] && mode=(-fork="${FUZZ_JOBS:-1}")
   rss=2048
   [ -n "${FUZZ_MAX_LEN:-}" ] && mode+=(-max_len="$FUZZ_MAX_LEN")
   [ "$h" = checkpoint ] && rss=4096 # LibTorch under ASan, and its archive reader leaking (lsan.supp)
   LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0" \
   "$BUILD/fuzz_$h" "${mode[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb="$rss" -print_final_stats=1 \
     -artifact_prefix="$BUILD/findings/$h-" "$work" "fuzz/regressions/$h" >"$log" 2>&1 || true
-  if [ "$h" = keras_model ]; then # fork mode: "#N: cov: … exec/s R …" lines
+  if [ "$h" = keras_model ] || [ "$h" = checkpoint ]; then # fork mode: "#N: cov: … exec/s R …" lines
     execs=$(grep -oE '^#[0-9]+:' "$log" | tail -1 | tr -d '#:' || echo 0)
     rate=$(grep -oE 'exec/s [0-9]+' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   else

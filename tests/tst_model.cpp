@@ -272,6 +272,7 @@ private Q_SLOTS:
     void otherErrorsPassThroughTheBackOff();
     void checkpointKeepsTheGeneratorState();
     void checkpointPicklesAskingForTooMuchAreRefused();
+    void checkpointRecordsDeclaringTooMuchAreRefused();
     void checkpointTensorsOfAnotherKindAreRefused();
     void allFiniteFindsEveryNonFiniteValue();
     void nonFiniteWeightsAreNeverSaved();
@@ -2116,6 +2117,35 @@ void TestModel::nonFiniteWeightsAreNeverSaved()
     QCOMPARE(st.checkpointCrc, goodCrc);
     QCOMPARE(loadState(run).checkpoint, good);
     QVERIFY(!std::filesystem::exists(run + "/" + checkpointName(1)));
+}
+
+// Found by the checkpoint harness: a 55 KB checkpoint one of whose compressed code files declares
+// 448 MiB took LibTorch's reader 2.2 GB and 4 s; with a larger size it would have run out of
+// memory, which is not a corrupt file's error.
+void TestModel::checkpointRecordsDeclaringTooMuchAreRefused()
+{
+    SavedRun saved;
+    auto& [dir, run, s, st] = saved;
+    const QString found = CHATBENCH_SOURCE_DIR "/fuzz/regressions/checkpoint/code-record-448MiB.pt";
+    const std::string name = "ckpt-00000009.pt";
+    QVERIFY(QFile::copy(found, QString::fromStdString(run + "/" + name)));
+    RunState bad = st;
+    bad.checkpoint = name;
+    bad.haveCrc = false;
+    QElapsedTimer clock;
+    clock.start();
+    try {
+        loadCheckpoint(run, bad, s.model, s.optimizer.get());
+        QFAIL("the checkpoint declaring 448 MiB loaded");
+    } catch (const Error& e) {
+        const QString what = QString::fromStdString(e.what());
+        QVERIFY2(what.contains(QString::fromStdString(name))
+                && what.contains("checkpoint is malformed (its records declare more than the ")
+                && what.contains("'code/__torch__/___torch_mangle_30.py' alone 448 MiB): corrupt file?"),
+            qPrintable(what));
+    }
+    QVERIFY2(clock.elapsed() < 1000, qPrintable(QString("%1 ms").arg(clock.elapsed())));
+    loadCheckpoint(run, st, s.model, s.optimizer.get()); // the run's own checkpoint passes the same check
 }
 
 void TestModel::checkpointPicklesAskingForTooMuchAreRefused()
