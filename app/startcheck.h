@@ -92,8 +92,8 @@ inline int onRoomyStack(int (*work)(int, char**), int argc, char** argv)
             static_cast<unsigned long long>(mainStackLimit() >> 10), std::strerror(err));
         return 1;
     }
-    ::pthread_join(
-        thread, nullptr); // signals are handled wherever they land: the handlers set flags or end the process
+    // Signals are handled wherever they land: the handlers set flags or end the process.
+    ::pthread_join(thread, nullptr);
     return call.status;
 }
 

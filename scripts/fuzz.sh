@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-60}"
 [ $# -gt 0 ] && shift
 # FUZZ_SANITIZE=undefined builds the harnesses without AddressSanitizer (in build-fuzz-undefined):
-# the checkpoint harness then runs ~10x more inputs a second, and a memory error shows only when it crashes.
+# the checkpoint harness then runs 6-10x more inputs a second, and a memory error shows only when it crashes.
 # FUZZ_BUILD_DIR=DIR builds and works there instead (the test suite's check of this runner).
 # FUZZ_JOBS=N runs the harnesses that fuzz in forked processes (keras_model, checkpoint) N at once.
 SANITIZE="${FUZZ_SANITIZE:-address,undefined}"
