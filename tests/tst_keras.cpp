@@ -25,6 +25,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -398,6 +399,19 @@ void TestKeras::badFilesGiveErrors()
     const auto tempBefore = kerasTempFiles();
     expectError(kFixtures + "fuzz-hdf5-overread.h5", "HDF5");
     QCOMPARE(kerasTempFiles(), tempBefore); // a dead child's copy of the weights is removed too
+    // Found by fuzzing: one byte (a global heap object's size, the optimizer's weight names) sends
+    // HDF5 round a loop for good; the import waited the reader's 600 s, a hang to whoever ran it.
+    {
+        std::string looping = h5;
+        constexpr size_t kHeapObjectSize = 10120;
+        QCOMPARE(int(looping[kHeapObjectSize]), 0x39);
+        QCOMPARE(looping.compare(kHeapObjectSize + 8, 8, "rm_sprop"), 0);
+        looping[kHeapObjectSize] = 0x34;
+        writeBytes(dir + "looping.h5", looping);
+        const auto t0 = std::chrono::steady_clock::now();
+        expectError(dir + "looping.h5", "the HDF5 or zip library kept the CPU busy for 10.");
+        QVERIFY(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120));
+    }
     // A flipped byte in the middle of the weights.
     std::string flipped = h5;
     for (size_t i = h5.size() / 2; i < h5.size() / 2 + 64; ++i)
@@ -493,6 +507,37 @@ void TestKeras::aStuckReaderIsStopped()
         },
         { 2s, 60s });
     QCOMPARE(int(spinning.end), int(End::TimedOut));
+
+    // One that keeps the CPU busy without reading is stopped at its CPU allowance; one that reads
+    // as it goes earns its time.
+    const ChildOutcome looping = runInChild(
+        [] {
+            volatile uint64_t n = 0;
+            for (;;)
+                n = n + 1;
+            return std::vector<uint8_t> {};
+        },
+        { 60s, 60s, 1s });
+    QCOMPARE(int(looping.end), int(End::Looping));
+    QVERIFY(looping.cpu >= 1s);
+    QVERIFY(looping.bytesMoved >= 0);
+    const ChildOutcome reading = runInChild(
+        [] {
+            std::ifstream zeros("/dev/zero", std::ios::binary);
+            std::vector<char> buf(1 << 16);
+            rusage used {};
+            do {
+                zeros.read(buf.data(), std::streamsize(buf.size()));
+                volatile uint64_t n = 0;
+                for (int i = 0; i < 100000; ++i)
+                    n = n + 1;
+                ::getrusage(RUSAGE_SELF, &used);
+            } while (used.ru_utime.tv_sec + used.ru_stime.tv_sec < 2);
+            return std::vector<uint8_t> { 1, 2, 3 };
+        },
+        { 60s, 60s, 500ms });
+    QCOMPARE(int(reading.end), int(End::Replied));
+    QCOMPARE(reading.reply, (std::vector<uint8_t> { 1, 2, 3 }));
 
     const ChildOutcome replied = runInChild([] { return std::vector<uint8_t>(200000, 7); });
     QCOMPARE(int(replied.end), int(End::Replied));

@@ -74,6 +74,23 @@ std::optional<std::pair<char, long long>> cpuProgress(pid_t pid)
     }
 }
 
+// The bytes the child has read and written (rchar + wchar: files, pipes and all); nullopt where
+// the system does not show them.
+std::optional<long long> bytesMoved(pid_t pid)
+{
+    std::ifstream in("/proc/" + std::to_string(pid) + "/io");
+    long long total = 0;
+    int found = 0;
+    std::string key;
+    long long value = 0;
+    while (in >> key >> value)
+        if (key == "rchar:" || key == "wchar:") {
+            total += value;
+            ++found;
+        }
+    return found == 2 ? std::optional<long long>(total) : std::nullopt;
+}
+
 } // namespace
 
 ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const ChildLimits& limits)
@@ -101,6 +118,7 @@ ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const
     auto lastProgress = start;
     long long lastTicks = -1;
     constexpr auto kTick = std::chrono::milliseconds(250);
+    const long ticksPerSecond = std::max(1L, ::sysconf(_SC_CLK_TCK));
     bool killed = false;
     try {
         uint8_t buf[1 << 16];
@@ -117,6 +135,16 @@ ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const
                     lastProgress = now;
                 } else if (now - lastProgress >= limits.idle) {
                     out.end = ChildOutcome::End::Idle;
+                    killed = true;
+                    break;
+                }
+                out.cpu = std::chrono::milliseconds(p->second * 1000 / ticksPerSecond);
+                const auto moved = bytesMoved(pid);
+                out.bytesMoved = moved.value_or(-1);
+                if (moved
+                    && out.cpu.count()
+                        > limits.cpu.count() + static_cast<double>(limits.cpuPerMiB.count()) * (*moved) / (1 << 20)) {
+                    out.end = ChildOutcome::End::Looping;
                     killed = true;
                     break;
                 }

@@ -17,6 +17,12 @@ struct ChildLimits {
     // one thread, so a lock it waits for is never released: a heap that a library overran can
     // send free() to wait on a lock word that is not one.
     std::chrono::milliseconds idle { std::chrono::seconds(15) };
+    // The CPU time it may use beyond what the bytes it reads and writes earn (cpuPerMiB each MiB).
+    // A library looping on a malformed file keeps the CPU busy without reading on (HDF5 does, on a
+    // global heap whose object sizes were changed); gigabytes of weights earn their time as they
+    // are read. Not applied where the system does not show the child's input and output.
+    std::chrono::milliseconds cpu { std::chrono::seconds(10) };
+    std::chrono::milliseconds cpuPerMiB { 100 };
 };
 
 struct ChildOutcome {
@@ -24,11 +30,14 @@ struct ChildOutcome {
         Replied, // exited 0 after its reply
         TimedOut, // ran past limits.total and was killed
         Idle, // made no progress for limits.idle and was killed
+        Looping, // used more CPU than limits.cpu and its reading allow, and was killed
         Failed, // ended otherwise: see status
     };
     End end = End::Failed;
     pid_t pid = 0;
     int status = 0; // from waitpid, when end is Failed
+    std::chrono::milliseconds cpu { 0 }; // the CPU time it had used when last looked at
+    long long bytesMoved = 0; // the bytes it had read and written then (-1: not shown by the system)
     std::vector<uint8_t> reply;
 };
 

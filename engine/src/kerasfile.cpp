@@ -979,7 +979,8 @@ KerasTokenizer readKerasTokenizer(const std::string& path)
 // HDF5 (Debian's 1.10) reads past its buffers on some malformed files (found by fuzzing:
 // H5HG_read, reading a variable-length string attribute). Such a file must not take the window
 // down with it, so the model is read in a forked child that sends the result back as CBOR; a
-// child killed by a signal becomes an Error naming the file.
+// child killed by a signal becomes an Error naming the file, and so does one that HDF5 keeps
+// looping (a global heap object's size changed by one byte: found by fuzzing too).
 
 namespace {
 
@@ -1075,6 +1076,11 @@ std::string seconds(std::chrono::milliseconds d)
     return std::to_string((d.count() + 999) / 1000) + " s";
 }
 
+std::string tenths(std::chrono::milliseconds d)
+{
+    return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() / 100 % 10) + " s";
+}
+
 } // namespace
 
 KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits)
@@ -1102,6 +1108,10 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
             throw Error(path, 0,
                 "reading this file took over " + seconds(limits.total)
                     + " and was stopped: it is corrupt, or far larger than a chatbot");
+        if (child.end == ChildOutcome::End::Looping)
+            throw Error(path, 0,
+                "the HDF5 or zip library kept the CPU busy for " + tenths(child.cpu)
+                    + " without reading further in this file (stopped): it is corrupt, or not a Keras model file");
         if (child.end == ChildOutcome::End::Idle)
             throw Error(path, 0,
                 "the HDF5 or zip library stopped responding reading this file (no progress for " + seconds(limits.idle)
