@@ -298,11 +298,19 @@ void TestCli::chatExplain()
 
 void TestCli::interactiveChat()
 {
-    const Run r = cli({ "chat", "--run", m_run }, "good morning\n\nsee you later\n");
+    // A blank line piped in is skipped as an empty one is (it was answered, while --once refused it).
+    const Run r = cli({ "chat", "--run", m_run }, "good morning\n\n  \t \nsee you later\n");
     QCOMPARE(r.code, 0);
     QCOMPARE(r.out.split('\n', Qt::SkipEmptyParts), (QStringList { "morning to you too", "bye for now" }));
     const Run unk = cli({ "chat", "--run", m_run, "--once", "good morning zzyzx" });
     QVERIFY(unk.out.contains("unknown words: zzyzx"));
+    QVERIFY(!unk.out.contains("keeps no word"));
+    // Found by an outside pass: a message of punctuation alone was answered without a word on
+    // what the model read (nothing).
+    const Run none = cli({ "chat", "--run", m_run, "--once", "???" });
+    QCOMPARE(none.code, 0);
+    QVERIFY2(none.out.contains("(the model's tokenizer keeps no word of this message: this answers an empty prompt)"),
+        qPrintable(none.out));
 }
 
 // Found by an outside pass: a YAML file whose aliases expand to 1.2 GB, loaded with the corpus cap
@@ -1249,6 +1257,13 @@ void TestCli::doctor()
     QVERIFY(p.waitForFinished(300000));
     QCOMPARE(QJsonDocument::fromJson(p.readAllStandardOutput()).object()["cublas_workspace_config"].toString(),
         QString(":16:8"));
+    // Found by an outside pass: with its temporary folder full, the doctor's error named a file
+    // in a folder it had made, and not what chooses that folder (a file-size limit stands in).
+    const Run full = shell("ulimit -f 8; exec \"$0\" doctor", {});
+    QCOMPARE(full.code, 1);
+    QVERIFY2(full.err.contains("chatbench-doctor-")
+            && full.err.contains("(the doctor trains a tiny model in a temporary folder; TMPDIR chooses another)"),
+        qPrintable(full.err));
 }
 
 void TestCli::bench()

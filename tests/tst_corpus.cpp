@@ -93,6 +93,8 @@ void TestCorpus::goodInputs_data()
                          << QStringList { "hello|hi", "how are you|fine" };
     QTest::newRow("tsv-by-content") << "p.txt" << QByteArray("hello\thi\nbye\tcya\n") << "tsv"
                                     << QStringList { "hello|hi", "bye|cya" };
+    QTest::newRow("tsv-named-csv") << "tabs.csv" << QByteArray("hi\thello\nbye\tsee you\n") << "tsv"
+                                   << QStringList { "hi|hello", "bye|see you" };
     QTest::newRow("tsv-lone-cr") << "cr.tsv" << QByteArray("a\tb\rc\td\r") << "tsv" << QStringList { "a|b", "c|d" };
     QTest::newRow("jsonl-pairs")
         << "d.jsonl"
@@ -105,6 +107,11 @@ void TestCorpus::goodInputs_data()
                "{\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},{\"role\":\"user\",\"content\":\"hi\"},"
                "{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"user\",\"content\":\"bye\"}]}\n")
         << "jsonl" << QStringList { "hi|hello", "hello|bye" };
+    QTest::newRow("jsonl-developer") // OpenAI's newer name for the system message
+        << "dev.jsonl"
+        << QByteArray("{\"messages\":[{\"role\":\"developer\",\"content\":\"You are terse.\"},{\"role\":\"user\","
+                      "\"content\":\"hi there\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n")
+        << "jsonl" << QStringList { "hi there|hello" };
     QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"
                             << QStringList { "hello|hi", "hi|how are you", "bye|see you" };
 }
@@ -148,15 +155,49 @@ void TestCorpus::badInputs_data()
     QTest::newRow("overlong-utf8") << "o.tsv" << QByteArray("a\tb\n\xC0\xAF\tx\n") << 2L << "UTF-8" << 0;
     QTest::newRow("tsv-no-tab") << "n.tsv" << QByteArray("a\tb\nno tab here\n") << 2L << "tab" << 1;
     QTest::newRow("tsv-three-columns") << "c.tsv" << QByteArray("a\tb\tc\n") << 1L << "two" << 0;
+    // Found by an outside pass: a spreadsheet's CSV loaded as dialog turns (header and rows chained
+    // into pairs of one another, a quoted field cut at its line break), exit 0.
+    QTest::newRow("csv") << "pairs.csv"
+                         << QByteArray("prompt,response\nhi,hello there\n\"how are you, friend\",\"fine\nand you?\"\n")
+                         << 0L << "comma-separated values (CSV) are not a corpus format: save the pairs as TSV" << 0;
     QTest::newRow("jsonl-syntax") << "j.jsonl"
                                   << QByteArray("{\"prompt\":\"a\",\"response\":\"b\"}\n{\"prompt\": oops}\n") << 2L
                                   << "JSON" << 1;
     QTest::newRow("jsonl-number-overflow")
         << "n.jsonl" << QByteArray("{\"prompt\": \"a\", \"response\": 1e99999}\n") << 1L << "JSON" << 0;
     QTest::newRow("jsonl-field-types") << "f.jsonl"
-                                       << QByteArray("{\"messages\": [{\"role\": 3, \"content\": \"a\"}, \"b\"]}\n"
+                                       << QByteArray("{\"messages\": [\"a\", \"b\"]}\n"
                                                      "{\"prompt\": [1], \"response\": \"x\"}\n")
                                        << 2L << "strings" << 1;
+    // Found by an outside pass on OpenAI-style chat records: every message but a system one was a
+    // turn, whatever its role, so a tool's output, a second question and an unknown role were
+    // trained as replies, and a record holding both forms lost its messages without a word.
+    const QByteArray good = "{\"prompt\": \"x\", \"response\": \"y\"}\n";
+    QTest::newRow("jsonl-role-type") << "r.jsonl"
+                                     << QByteArray("{\"messages\": [{\"role\": 3, \"content\": \"a\"}, \"b\"]}\n")
+            + good << 1L << "message 1: 'role' must be a string"
+                                     << 1;
+    QTest::newRow("jsonl-tool-role")
+        << "tool.jsonl"
+        << QByteArray("{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\","
+                      "\"content\":\"let me check\"},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"20\"},"
+                      "{\"role\":\"assistant\",\"content\":\"it is 20 degrees\"}]}\n")
+            + good
+        << 1L << "message 3 has the role 'tool': the turns are 'user' and 'assistant' messages" << 1;
+    QTest::newRow("jsonl-same-role-twice") << "twice.jsonl"
+                                           << good
+            + "{\"messages\":[{\"role\":\"user\",\"content\":\"what is up\"},{\"role\":\"system\",\"content\":"
+              "\"s\"},{\"role\":\"user\",\"content\":\"are you there\"},{\"role\":\"assistant\",\"content\":"
+              "\"yes\"}]}\n" << 2L << "messages 1 and 3 are both 'user'"
+                                           << 1;
+    QTest::newRow("jsonl-roles-and-none")
+        << "mixed.jsonl" << QByteArray("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},\"r\"]}\n") + good << 1L
+        << "some messages have a 'user' or 'assistant' role and some have none" << 1;
+    QTest::newRow("jsonl-both-forms") << "both.jsonl"
+                                      << QByteArray(
+                                             "{\"messages\":[\"a\",\"b\"],\"prompt\":\"x\",\"response\":\"y\"}\n")
+            + good << 1L << "holds both 'messages' and 'prompt'/'response'"
+                                      << 1;
     QTest::newRow("jsonl-types") << "t.jsonl" << QByteArray("{\"prompt\": 3, \"response\": \"b\"}\n") << 1L << "strings"
                                  << 0;
     QTest::newRow("jsonl-key-twice") << "k.jsonl"

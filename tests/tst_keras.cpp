@@ -264,6 +264,15 @@ void TestKeras::diagnosisSaysWhatTheLoopDrops()
             && other.diagnosis.verdict.find("Is the tokenizer the model's own") != std::string::npos
             && other.diagnosis.verdict.find("The model is fine") == std::string::npos,
         other.diagnosis.verdict.c_str());
+
+    // Replies cut by a --max-target shorter than the model's: that, not the tokenizer, is said
+    // (found by an outside pass: with --max-target 3 the verdict asked whether the tokenizer was the model's own).
+    opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+    opt.maxTargetLength = 3;
+    const KerasImport cut = importKeras(opt, m_dir.filePath("cut").toStdString());
+    QVERIFY2(cut.diagnosis.verdict.find("Replies were cut by --max-target 3: ") == 0
+            && cut.diagnosis.verdict.find("ran to its 2 words without the end word") != std::string::npos,
+        cut.diagnosis.verdict.c_str());
 }
 
 void TestKeras::fineTunesOnACorpus()

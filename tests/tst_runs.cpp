@@ -63,6 +63,7 @@ private Q_SLOTS:
     void corpusStatsByHand();
     void vocabularyAgreesWithConfig();
     void outputTempFilesDoNotOutliveTheirWriter();
+    void outputFolderThatCannotBeWrittenIsSaidFirst();
     void checkpointPickleWalk_data();
     void checkpointPickleWalk();
 };
@@ -384,6 +385,18 @@ void TestRuns::fieldsOfTheWrongTypeAreNamed_data()
                                          << "\"checkpoint\": \"ckpt-00000004.pt\""
                                          << "\"checkpoint\": \"ckpt-00000004.pt\\u0000.json\""
                                          << "'checkpoint' holds a NUL character" << true;
+    // Found by an outside pass: "" was read as the run folder ("is a folder, not a file"), and a
+    // path was refused without the line.
+    QTest::newRow("state empty checkpoint") << "state.json"
+                                            << "\"checkpoint\": \"ckpt-00000004.pt\""
+                                            << "\"checkpoint\": \"\""
+                                            << "'checkpoint' is empty: it names the checkpoint file "
+                                               "(ckpt-00000004.pt for its step)"
+                                            << true;
+    QTest::newRow("state checkpoint path") << "state.json"
+                                           << "\"checkpoint\": \"ckpt-00000004.pt\""
+                                           << "\"checkpoint\": \"../x.pt\""
+                                           << "checkpoint name must be a file in the run folder" << true;
     QTest::newRow("state key twice") << "state.json"
                                      << "\"step\": \\d+,"
                                      << "\"step\": 4, \"step\": 5,"
@@ -1116,6 +1129,31 @@ void TestRuns::outputTempFilesDoNotOutliveTheirWriter()
     QCOMPARE(testutil::readFile(dir.filePath("run.json")), QByteArray("whole"));
     removeTempFilesInProgress(); // nothing in progress: the written file stays
     QVERIFY(QFileInfo::exists(dir.filePath("run.json")));
+}
+
+// Found by an outside pass: `bench --out` into a read-only file system measured for minutes, then
+// failed to write its report; the folder is checked with the path, before the work.
+void TestRuns::outputFolderThatCannotBeWrittenIsSaidFirst()
+{
+    QTemporaryDir dir;
+    QVERIFY(QDir(dir.path()).mkdir("locked"));
+    const std::string out = dir.filePath("locked/report.json").toStdString();
+    checkOutputPath(out);
+    QVERIFY(QFile::setPermissions(dir.filePath("locked"), QFileDevice::ReadOwner | QFileDevice::ExeOwner));
+    {
+        testutil::DacBypassOff asUser;
+        try {
+            checkOutputPath(out);
+            QFAIL("expected an error");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what())
+                    == out + ": its folder " + dir.filePath("locked").toStdString()
+                        + " cannot be written (Permission denied)",
+                e.what());
+        }
+    }
+    QVERIFY(QFile::setPermissions(
+        dir.filePath("locked"), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner));
 }
 
 // A checkpoint's pickle as LibTorch's pickler writes one storage: PROTO 2, MARK, 'storage', the

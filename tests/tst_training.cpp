@@ -522,6 +522,18 @@ void TestTraining::validationAndEarlyStopping()
     QCOMPARE(r.bestValidationLoss, best);
     // The best epoch is exactly `patience` epochs before the end.
     QCOMPARE(r.history[r.history.size() - 4].validationLoss, best);
+    // A resume says it stopped early, and what trains it further (it said "already finished N
+    // epoch(s); give more epochs", which would not start it: found by an outside pass).
+    std::vector<std::string> said;
+    TrainCallbacks cb;
+    cb.onLog = [&](const std::string& line) { said.push_back(line); };
+    const TrainResult again = resume(m_dir.filePath("val").toStdString(), corpus, cb);
+    QCOMPARE(again.epochsDone, r.epochsDone);
+    QCOMPARE(again.status, TrainStatus::EarlyStopped); // "finished after N epoch(s)" was said
+    const std::string expected = "the run stopped early after " + std::to_string(r.epochsDone)
+        + " of its 300 epochs: its validation loss had not improved for 3 epochs (patience 3); give a larger "
+          "--patience, or 0 for none, to train further";
+    QVERIFY2(std::find(said.begin(), said.end(), expected) != said.end(), said.empty() ? "" : said.back().c_str());
 }
 
 void TestTraining::validationOnCoresMatchesOneCore_data()

@@ -357,6 +357,16 @@ void TestUi::longMessageSaysWhatWasLeftOut()
     QVERIFY2(last.contains("reads 22 words at most: the last 8 of this message were left out"), qPrintable(last));
     QTRY_VERIFY_WITH_TIMEOUT(!explained.isEmpty() && explained.last().at(0).value<ExplainResult>().id == a.id, 30000);
     QCOMPARE(chat->handoffView()->occlusionBars().size(), size_t(22));
+    // One of punctuation alone: the tokenizer keeps nothing of it, and the bubble says so.
+    chat->ask("???");
+    QVERIFY(answered.wait(30000));
+    QVERIFY(answered.last().at(0).value<ChatAnswer>().reply.trace.inputWords.empty());
+    QString none;
+    for (QLabel* label : chat->chatScroll()->widget()->findChildren<QLabel*>())
+        if (label->text().contains("keeps no word"))
+            none = label->text();
+    QVERIFY2(none.contains("the model's tokenizer keeps no word of this message: this answers an empty prompt"),
+        qPrintable(none));
 }
 
 void TestUi::explainTabsShowWhyThisReply()

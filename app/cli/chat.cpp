@@ -169,6 +169,9 @@ void printReply(const Reply& r, const ChatArgs& a)
             std::cout << (i ? ", " : "") << chatbench::printable(r.trace.unknownWords[i]);
         std::cout << ")" << std::endl;
     }
+    if (r.trace.inputWords.empty()) // "???": the seed's tokenizer keeps no punctuation
+        std::cout << "  (the model's tokenizer keeps no word of this message: this answers an empty prompt)"
+                  << std::endl;
     if (r.trace.wordsLeftOut > 0)
         std::cout << "  (the model reads " << r.trace.inputIds.size() << " words at most: the last "
                   << r.trace.wordsLeftOut << " of this message were left out)" << std::endl;
@@ -289,7 +292,7 @@ int run(const ChatArgs& a)
             line.pop_back();
         if (tty && line.empty())
             break;
-        if (line.empty())
+        if (line.find_first_not_of(" \t\f\v") == std::string::npos) // blank: what --once refuses as empty
             continue;
         if (tty)
             std::cout << "bot> ";

@@ -178,6 +178,13 @@ fs::path resolveOutput(const std::string& path)
         throw Error(path, 0,
             "its folder " + printable(folder.string())
                 + (fs::exists(folder, ec) ? " is not a folder (a file?)" : " does not exist"));
+    // The file is written beside itself and renamed into place: its folder must take new files.
+    // Said before the work (a read-only file system failed `bench --out` after all its timing).
+    if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+        const int err = errno;
+        throw Error(
+            path, 0, "its folder " + printable(folder.string()) + " cannot be written (" + std::strerror(err) + ")");
+    }
     return p;
 }
 

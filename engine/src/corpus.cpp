@@ -388,12 +388,17 @@ std::string tsvColumn(const std::string& text)
     return text::trim(out);
 }
 
-// One JSONL record: {"prompt", "response"} or {"messages": [...]}.
+// One JSONL record: {"prompt", "response"} or {"messages": [...]}. Messages are strings, or
+// objects with a string 'content' and maybe a 'role' (OpenAI's chat format): 'system' and
+// 'developer' messages are instructions, not turns; the turns are 'user' and 'assistant' messages,
+// alternating, so that no tool's output or second question is trained as a reply.
 void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, long line)
 {
     using nlohmann::json;
     if (!j.is_object())
         throw Error(file, line, "expected a JSON object");
+    if (j.contains("messages") && (j.contains("prompt") || j.contains("response")))
+        throw Error(file, line, "holds both 'messages' and 'prompt'/'response': a record is one or the other");
     if (j.contains("prompt") || j.contains("response")) {
         if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("response") || !j["response"].is_string())
             throw Error(file, line, "'prompt' and 'response' must both be strings");
@@ -407,20 +412,51 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
         if (!msgs.is_array())
             throw Error(file, line, "'messages' must be a list");
         std::vector<std::pair<std::string, long>> turns;
-        for (const json& m : msgs) {
+        size_t withRole = 0, without = 0; // turns with a user or assistant role, and without a role
+        std::string lastRole;
+        size_t lastRoleAt = 0;
+        for (size_t i = 0; i < msgs.size(); ++i) {
+            const json& m = msgs[i];
+            const std::string which = "message " + std::to_string(i + 1);
             std::string content;
             if (m.is_string()) {
                 content = m.get<std::string>();
+                ++without;
             } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
                 const auto role = m.find("role");
-                if (role != m.end() && role->is_string() && role->get<std::string>() == "system")
-                    continue;
+                if (role == m.end()) {
+                    ++without;
+                } else {
+                    if (!role->is_string())
+                        throw Error(file, line, which + ": 'role' must be a string");
+                    const std::string r = role->get<std::string>();
+                    if (r == "system" || r == "developer")
+                        continue;
+                    if (r != "user" && r != "assistant")
+                        throw Error(file, line,
+                            which + " has the role '" + printable(r)
+                                + "': the turns are 'user' and 'assistant' messages ('system' and 'developer' ones "
+                                  "are skipped)");
+                    if (r == lastRole)
+                        throw Error(file, line,
+                            "messages " + std::to_string(lastRoleAt) + " and " + std::to_string(i + 1) + " are both '"
+                                + r
+                                + "': the turns of a conversation alternate between 'user' and 'assistant' (join the "
+                                  "two into one message)");
+                    lastRole = r;
+                    lastRoleAt = i + 1;
+                    ++withRole;
+                }
                 content = m["content"].get<std::string>();
             } else {
                 throw Error(file, line, "each message must be a string or an object with a string 'content'");
             }
             turns.emplace_back(text::trim(content), line);
         }
+        if (withRole > 0 && without > 0)
+            throw Error(file, line,
+                "some messages have a 'user' or 'assistant' role and some have none: give every turn its role, or "
+                "none");
         L.addTurns(std::move(turns), file, line);
     } else {
         throw Error(file, line, "expected {\"prompt\",\"response\"} or {\"messages\":[...]}");
@@ -623,6 +659,13 @@ CorpusFormat sniffFile(const fs::path& p)
     }
     if (lines > 0 && tabbed * 2 > lines)
         return CorpusFormat::Tsv;
+    // Read as dialog, a spreadsheet's pairs would chain header and rows into turns of one another
+    // and cut quoted fields at their line breaks.
+    if (lower(p.extension().string()) == ".csv")
+        throw Error(p.string(), 0,
+            "comma-separated values (CSV) are not a corpus format: save the pairs as TSV (a prompt, a tab and its "
+            "response on each line; a spreadsheet's \"Tab-separated values\"), or give --format dialog to read each "
+            "line as a turn");
     return CorpusFormat::DialogText;
 }
 

@@ -140,7 +140,13 @@ DoctorReport runDoctor()
     cfg.batchSize = 4;
     cfg.validationFraction = 0;
     const std::string run = scratch.path() + "/run";
-    const TrainResult tr = train(cfg, tiny, run, {});
+    TrainResult tr;
+    try {
+        tr = train(cfg, tiny, run, {});
+    } catch (const Error& e) { // a full or read-only temporary folder: said with where to go instead
+        throw Error(e.file(), e.line(),
+            e.message() + " (the doctor trains a tiny model in a temporary folder; TMPDIR chooses another)");
+    }
     // Training set the process' maths mode (TrainConfig::tf32): report the one the checks run with.
     const EnvironmentInfo after = environmentInfo();
     d.environment.tf32Matmul = after.tf32Matmul;

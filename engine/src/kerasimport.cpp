@@ -169,8 +169,8 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     cfg.model.sharedEmbedding = m.sharedEmbedding;
     cfg.model.maxSourceLength
         = opt.maxSourceLength > 0 ? opt.maxSourceLength : m.sourceLength.value_or(cfg.model.maxSourceLength);
-    cfg.model.maxTargetLength
-        = opt.maxTargetLength > 0 ? opt.maxTargetLength : m.targetLength.value_or(cfg.model.maxTargetLength);
+    const int ownTargetLength = m.targetLength.value_or(cfg.model.maxTargetLength); // without --max-target
+    cfg.model.maxTargetLength = opt.maxTargetLength > 0 ? opt.maxTargetLength : ownTargetLength;
     cfg.tokenizer = topt;
     cfg.epochs = 1; // fine-tuning (train --resume with a corpus) trains this many unless told otherwise
     cfg.device = "cpu";
@@ -253,8 +253,20 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
         j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     guard.release();
 
-    if (!opt.prompts.empty())
+    if (!opt.prompts.empty()) {
         r.diagnosis = diagnoseHandoff(Chatbot::load(runDir), opt.prompts);
+        // Replies that all run to a length the user shortened were cut by it: the verdict blamed
+        // the tokenizer and the end word (found by an outside pass with --max-target 3).
+        const auto& handedOver = r.diagnosis.modes.front();
+        const int n = r.diagnosis.prompts;
+        if (opt.maxTargetLength > 0 && opt.maxTargetLength < ownTargetLength && n >= 2
+            && handedOver.unended * 10 >= n * 9)
+            r.diagnosis.verdict = "Replies were cut by --max-target " + std::to_string(opt.maxTargetLength) + ": "
+                + std::to_string(handedOver.unended) + " of " + std::to_string(n) + " ran to its "
+                + std::to_string(opt.maxTargetLength - 1) + " words without the end word. Import with a larger "
+                + "--max-target (without it, replies may have " + std::to_string(ownTargetLength - 1)
+                + " words) to see whether they end; until they do, their count says nothing about the decoding loop.";
+    }
     return r;
 }
 

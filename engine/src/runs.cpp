@@ -370,8 +370,15 @@ RunState loadStateFile(const std::string& path)
     } catch (const nlohmann::json::exception& e) {
         throw Error(path, 0, "bad state: " + jsonMessage(e));
     }
-    if (s.checkpoint.find('/') != std::string::npos || s.checkpoint.find("..") != std::string::npos)
-        throw Error(path, 0, "checkpoint name must be a file in the run folder");
+    // Every state on disk names its checkpoint ("" was read as the run folder: "is a folder, not a
+    // file", naming neither this file nor the field; found by an outside pass).
+    if (s.checkpoint.empty() || s.checkpoint.find('/') != std::string::npos
+        || s.checkpoint.find("..") != std::string::npos)
+        throw fieldError(path, bytes, "bad state: ",
+            FieldError(s.checkpoint.empty() ? "'checkpoint' is empty: it names the checkpoint file ("
+                        + checkpointName(std::max<int64_t>(0, s.step)) + " for its step)"
+                                            : "checkpoint name must be a file in the run folder",
+                "checkpoint"));
     // Every number is used as a count, an index or a scale: out of range is a corrupt file.
     auto need = [&](bool ok, const char* field) {
         if (!ok)

@@ -423,7 +423,9 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
             return finish(TrainStatus::EarlyStopped);
         }
     }
-    return finish(TrainStatus::Finished);
+    // A resume of a run that had stopped early, with nothing to add: still stopped early.
+    const bool stoppedEarly = s.state.epoch < s.cfg.epochs && s.cfg.patience > 0 && s.state.badEpochs >= s.cfg.patience;
+    return finish(stoppedEarly ? TrainStatus::EarlyStopped : TrainStatus::Finished);
 }
 
 } // namespace
@@ -635,7 +637,13 @@ TrainResult resume(
     s.state.recipe = recipe; // recorded from here on in runs that started without it
     // The step history continues from the checkpoint loaded (no rows from a save cut short).
     writeFollowing(s, cb, [&] { keepRunSteps(s.runDir, s.state.step); }); // loading can take a while
-    if (s.state.finished)
+    if (s.state.finished && s.state.epoch < s.cfg.epochs) // stopped early: more epochs would not start
+        log(cb,
+            "the run stopped early after " + std::to_string(s.state.epoch) + " of its " + std::to_string(s.cfg.epochs)
+                + " epochs: its validation loss had not improved for " + std::to_string(s.state.badEpochs)
+                + " epochs (patience " + std::to_string(s.cfg.patience)
+                + "); give a larger --patience, or 0 for none, to train further");
+    else if (s.state.finished)
         log(cb,
             "the run already finished " + std::to_string(s.state.epoch)
                 + " epoch(s); give more epochs to train further");
