@@ -408,6 +408,14 @@ void TestKeras::badFilesGiveErrors()
     const auto tempBefore = kerasTempFiles();
     expectError(kFixtures + "fuzz-hdf5-overread.h5", "HDF5");
     QCOMPARE(kerasTempFiles(), tempBefore); // a dead child's copy of the weights is removed too
+    // Found by fuzzing: 48 bytes changed in keras2.h5 make HDF5 take 2.5 GB (6 GB for others) before
+    // it fails; the reader may now take 1 GiB and 8 times the file, so it fails at once.
+    {
+        expectError(kFixtures + "fuzz-hdf5-hungry.h5", "unreadable HDF5 data");
+        rusage children {};
+        QCOMPARE(::getrusage(RUSAGE_CHILDREN, &children), 0);
+        QVERIFY2(children.ru_maxrss < 1500L * 1024, qPrintable(QString("%1 KiB").arg(children.ru_maxrss)));
+    }
     // Found by fuzzing: one byte (a global heap object's size, the optimizer's weight names) sends
     // HDF5 round a loop for good; the import waited the reader's 600 s, a hang to whoever ran it.
     {
@@ -547,6 +555,15 @@ void TestKeras::aStuckReaderIsStopped()
         { 60s, 60s, 500ms });
     QCOMPARE(int(reading.end), int(End::Replied));
     QCOMPARE(reading.reply, (std::vector<uint8_t> { 1, 2, 3 }));
+
+    // One that asks for more memory than it may take fails its allocation (and so ends).
+    const ChildOutcome greedy = runInChild(
+        [] {
+            std::vector<uint8_t> big(size_t(2) << 30, 1);
+            return std::vector<uint8_t>(big.begin(), big.begin() + 3);
+        },
+        { 60s, 60s, 10s, 100ms, uint64_t(256) << 20 });
+    QCOMPARE(int(greedy.end), int(End::Failed));
 
     const ChildOutcome replied = runInChild([] { return std::vector<uint8_t>(200000, 7); });
     QCOMPARE(int(replied.end), int(End::Replied));

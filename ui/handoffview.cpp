@@ -201,11 +201,12 @@ protected:
             p.setFont(small);
             p.setPen(Qt::gray);
             p.drawText(10, height() - 6,
-                !heights.empty()
-                    ? tr("bars: how far dropping each word moves the encoder's final (h, c); red: the greedy reply "
-                         "changes without it (hover for numbers)")
-                    : tr("no occlusion bars: the model reads %1 of these %2 words (its tokenizer drops unknown "
-                         "words)")
+                !heights.empty() ? tr("bars: how far dropping each word moves the encoder's final (h, c); red: the "
+                                      "greedy reply changes without it (hover for numbers)")
+                    : t.inputWords.empty()
+                    ? tr("no occlusion bars: the tokenizer keeps no word of this message")
+                    : tr("no occlusion bars: the model reads %1 of these %2 words (its tokenizer "
+                         "drops unknown words)")
                           .arg(m_occlusion.size())
                           .arg(t.inputWords.size()));
             p.setFont(font());

@@ -6,10 +6,12 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <poll.h>
 #include <string>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <system_error>
 #include <unistd.h>
@@ -22,7 +24,24 @@ constexpr int kReplyFd = 3;
 constexpr int kExitCannotReply = 3;
 constexpr int kExitWorkThrew = 4;
 
-[[noreturn]] void childMain(const std::function<std::vector<uint8_t>()>& work, pid_t parent)
+// The private writable memory this process has mapped (VmData, what RLIMIT_DATA bounds), in bytes;
+// 0 when unreadable.
+uint64_t dataMapped()
+{
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    while (in >> key) {
+        if (key == "VmData:") {
+            uint64_t kib = 0;
+            in >> kib;
+            return kib << 10;
+        }
+        in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return 0;
+}
+
+[[noreturn]] void childMain(const std::function<std::vector<uint8_t>()>& work, pid_t parent, uint64_t memory)
 {
     for (int sig : { SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTRAP })
         std::signal(sig, SIG_DFL);
@@ -31,6 +50,11 @@ constexpr int kExitWorkThrew = 4;
     if (::getppid() != parent) // the parent ended before the line above
         ::_exit(kExitCannotReply);
     ::close_range(kReplyFd + 1, ~0U, 0);
+    rlimit data {};
+    if (const uint64_t mapped = memory > 0 ? dataMapped() : 0; mapped > 0 && ::getrlimit(RLIMIT_DATA, &data) == 0) {
+        data.rlim_cur = std::min<rlim_t>(mapped + memory, data.rlim_max); // RLIM_INFINITY is the largest
+        ::setrlimit(RLIMIT_DATA, &data); // where it cannot be set, the other limits still hold
+    }
     std::vector<uint8_t> bytes;
     try {
         bytes = work();
@@ -108,7 +132,7 @@ ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const
     }
     if (pid == 0) {
         ::dup2(fds[1], kReplyFd); // dup2 clears close-on-exec on the copy
-        childMain(work, parent);
+        childMain(work, parent, limits.memory);
     }
     ::close(fds[1]);
     ChildOutcome out;
