@@ -304,13 +304,16 @@ void TestCli::interactiveChat()
     QCOMPARE(r.out.split('\n', Qt::SkipEmptyParts), (QStringList { "morning to you too", "bye for now" }));
     const Run unk = cli({ "chat", "--run", m_run, "--once", "good morning zzyzx" });
     QVERIFY(unk.out.contains("unknown words: zzyzx"));
-    QVERIFY(!unk.out.contains("keeps no word"));
+    QVERIFY(!unk.out.contains("knows no word"));
     // Found by an outside pass: a message of punctuation alone was answered without a word on
     // what the model read (nothing).
     const Run none = cli({ "chat", "--run", m_run, "--once", "???" });
     QCOMPARE(none.code, 0);
-    QVERIFY2(none.out.contains("(the model's tokenizer keeps no word of this message: this answers an empty prompt)"),
+    QVERIFY2(none.out.contains("(the model knows no word of this message: its encoder reads only <unk>)"),
         qPrintable(none.out));
+    const Run unknown = cli({ "chat", "--run", m_run, "--once", "zzyzx qwxv" });
+    QVERIFY2(unknown.out.contains("unknown words: zzyzx, qwxv") && unknown.out.contains("knows no word"),
+        qPrintable(unknown.out));
 }
 
 // Found by an outside pass: a YAML file whose aliases expand to 1.2 GB, loaded with the corpus cap

@@ -112,6 +112,11 @@ void TestCorpus::goodInputs_data()
         << QByteArray("{\"messages\":[{\"role\":\"developer\",\"content\":\"You are terse.\"},{\"role\":\"user\","
                       "\"content\":\"hi there\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n")
         << "jsonl" << QStringList { "hi there|hello" };
+    QTest::newRow("jsonl-role-names") // other tools' names; an instruction's content in parts is skipped with it
+        << "names.jsonl"
+        << QByteArray("{\"messages\":[{\"role\":\"System\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]},"
+                      "{\"role\":\"human\",\"content\":\"hi\"},{\"role\":\"model\",\"content\":\"hello\"}]}\n")
+        << "jsonl" << QStringList { "hi|hello" };
     QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"
                             << QStringList { "hello|hi", "hi|how are you", "bye|see you" };
 }

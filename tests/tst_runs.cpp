@@ -1148,7 +1148,7 @@ void TestRuns::outputFolderThatCannotBeWrittenIsSaidFirst()
         } catch (const Error& e) {
             QVERIFY2(std::string(e.what())
                     == out + ": its folder " + dir.filePath("locked").toStdString()
-                        + " cannot be written (Permission denied)",
+                        + " cannot take a new file (Permission denied)",
                 e.what());
         }
     }

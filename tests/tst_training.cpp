@@ -99,6 +99,7 @@ private Q_SLOTS:
     void resumeEqualsUninterruptedRun_data();
     void resumeEqualsUninterruptedRun();
     void resumeKeepsTheLossScaleState();
+    void aRunTrainedOnACsvFileResumes();
     void validationAndEarlyStopping();
     void validationOnCoresMatchesOneCore_data();
     void validationOnCoresMatchesOneCore();
@@ -410,6 +411,29 @@ void TestTraining::runFolderLayout()
 // fp16's dynamic loss scale and its good-step counter (the scale doubles after 2000 good steps in
 // a row) travel in state.json: a resume picks both up and writes them on. Here a CPU fp32 run
 // (no scaling, so neither moves) stands in: the values put in state.json must come back out.
+// CSV files are refused since a round in which one loaded as dialog text: a run trained on one
+// before (its config.json says format auto) still resumes, on the same pairs.
+void TestTraining::aRunTrainedOnACsvFileResumes()
+{
+    QTemporaryDir dir;
+    QByteArray lines;
+    for (const auto& [p, r] : kDialog)
+        lines += QByteArray::fromStdString(p + "\n" + r + "\n\n");
+    const std::string csv = testutil::writeFile(dir, "dialog.csv", lines);
+    LoadOptions asDialog;
+    asDialog.format = CorpusFormat::DialogText;
+    const Corpus corpus = loadCorpus(csv, asDialog);
+    QVERIFY_THROWS_EXCEPTION(Error, loadCorpus(csv)); // refused now
+    TrainConfig cfg = smallConfig();
+    cfg.corpus = csv;
+    cfg.corpusFormat = CorpusFormat::Auto;
+    cfg.epochs = 1;
+    const std::string run = dir.filePath("run").toStdString();
+    train(cfg, corpus, run);
+    QCOMPARE(loadRunConfig(run).corpusFormat, CorpusFormat::Auto);
+    QCOMPARE(resume(run, {}, 2).epochsDone, 2);
+}
+
 void TestTraining::resumeKeepsTheLossScaleState()
 {
     TrainConfig cfg = smallConfig();

@@ -216,9 +216,9 @@ ChatView::ChatView(EngineController* engine, QWidget* parent)
                 unk << shownText(w).toHtmlEscaped();
             text += tr("<br><small style='color:#a05a00'>unknown words: %1</small>").arg(unk.join(", "));
         }
-        if (a.reply.trace.inputWords.empty())
-            text += tr("<br><small style='color:#a05a00'>the model's tokenizer keeps no word of this message: this "
-                       "answers an empty prompt</small>");
+        if (a.reply.trace.unknownWords.size() == a.reply.trace.inputWords.size())
+            text += tr("<br><small style='color:#a05a00'>the model knows no word of this message: its encoder "
+                       "reads only &lt;unk&gt;</small>");
         if (a.reply.trace.wordsLeftOut > 0)
             text += tr("<br><small style='color:#a05a00'>the model reads %1 words at most: the last %2 of this "
                        "message were left out</small>")

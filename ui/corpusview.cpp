@@ -83,8 +83,8 @@ CorpusView::CorpusView(EngineController* engine, QWidget* parent)
     m_format = new QComboBox;
     for (const std::string& name : formatNames())
         m_format->addItem(QString::fromStdString(name), static_cast<int>(*parseFormat(name)));
-    m_format->setToolTip(tr("The file format: auto (told by the extension and content), TSV, CSV, JSON lines, "
-                            "chatterbot YAML, …"));
+    m_format->setToolTip(tr("The file format: auto (told by the extension and content), TSV, JSON lines, "
+                            "chatterbot YAML, Cornell or dialog text (one turn a line)"));
     m_latin1 = new QCheckBox(tr("Latin-1"));
     m_latin1->setToolTip(tr("Read the files as Latin-1 instead of UTF-8 (bytes 0x80-0x9F as Windows-1252 has them: "
                             "curly quotes, dashes, the euro sign)"));

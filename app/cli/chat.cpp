@@ -169,9 +169,9 @@ void printReply(const Reply& r, const ChatArgs& a)
             std::cout << (i ? ", " : "") << chatbench::printable(r.trace.unknownWords[i]);
         std::cout << ")" << std::endl;
     }
-    if (r.trace.inputWords.empty()) // "???": the seed's tokenizer keeps no punctuation
-        std::cout << "  (the model's tokenizer keeps no word of this message: this answers an empty prompt)"
-                  << std::endl;
+    // "???" (the seed's tokenizer keeps no punctuation), or words all unknown to the model
+    if (r.trace.unknownWords.size() == r.trace.inputWords.size())
+        std::cout << "  (the model knows no word of this message: its encoder reads only <unk>)" << std::endl;
     if (r.trace.wordsLeftOut > 0)
         std::cout << "  (the model reads " << r.trace.inputIds.size() << " words at most: the last "
                   << r.trace.wordsLeftOut << " of this message were left out)" << std::endl;

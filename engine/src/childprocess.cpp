@@ -52,7 +52,7 @@ uint64_t dataMapped()
     ::close_range(kReplyFd + 1, ~0U, 0);
     rlimit data {};
     if (const uint64_t mapped = memory > 0 ? dataMapped() : 0; mapped > 0 && ::getrlimit(RLIMIT_DATA, &data) == 0) {
-        data.rlim_cur = std::min<rlim_t>(mapped + memory, data.rlim_max); // RLIM_INFINITY is the largest
+        data.rlim_cur = std::min<rlim_t>(mapped + memory, data.rlim_cur); // a lower limit of the user's stays
         ::setrlimit(RLIMIT_DATA, &data); // where it cannot be set, the other limits still hold
     }
     std::vector<uint8_t> bytes;
@@ -165,9 +165,12 @@ ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const
                 out.cpu = std::chrono::milliseconds(p->second * 1000 / ticksPerSecond);
                 const auto moved = bytesMoved(pid);
                 out.bytesMoved = moved.value_or(-1);
+                const long long credited = limits.creditedBytes > 0 && moved
+                    ? std::min<long long>(*moved, static_cast<long long>(limits.creditedBytes))
+                    : moved.value_or(0);
                 if (moved
                     && out.cpu.count()
-                        > limits.cpu.count() + static_cast<double>(limits.cpuPerMiB.count()) * (*moved) / (1 << 20)) {
+                        > limits.cpu.count() + static_cast<double>(limits.cpuPerMiB.count()) * credited / (1 << 20)) {
                     out.end = ChildOutcome::End::Looping;
                     killed = true;
                     break;

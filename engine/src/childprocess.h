@@ -23,6 +23,9 @@ struct ChildLimits {
     // are read. Not applied where the system does not show the child's input and output.
     std::chrono::milliseconds cpu { std::chrono::seconds(10) };
     std::chrono::milliseconds cpuPerMiB { 100 };
+    // The most bytes that earn time (0: all): a loop that reads one block over and over must not
+    // earn its way past `cpu`.
+    uint64_t creditedBytes = 0;
     // The memory it may take beyond what it starts with (RLIMIT_DATA), so that a library asked by
     // a malformed file for gigabytes fails an allocation instead of pushing the machine into swap
     // or the out-of-memory killer; 0: no limit.

@@ -418,38 +418,42 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
         for (size_t i = 0; i < msgs.size(); ++i) {
             const json& m = msgs[i];
             const std::string which = "message " + std::to_string(i + 1);
+            std::string role; // "user", "assistant", or "" for a turn without one
+            if (m.is_object() && m.contains("role")) {
+                if (!m["role"].is_string())
+                    throw Error(file, line, which + ": 'role' must be a string");
+                const std::string r = lower(m["role"].get<std::string>());
+                if (r == "system" || r == "developer") // instructions, whatever their content's form
+                    continue;
+                if (r == "user" || r == "human")
+                    role = "user";
+                else if (r == "assistant" || r == "model" || r == "bot")
+                    role = "assistant";
+                else
+                    throw Error(file, line,
+                        which + " has the role '" + printable(m["role"].get<std::string>())
+                            + "': the turns are 'user' and 'assistant' messages (also called 'human', 'model' or "
+                              "'bot'); 'system' and 'developer' ones are skipped");
+            }
             std::string content;
-            if (m.is_string()) {
+            if (m.is_string())
                 content = m.get<std::string>();
-                ++without;
-            } else if (m.is_object() && m.contains("content") && m["content"].is_string()) {
-                const auto role = m.find("role");
-                if (role == m.end()) {
-                    ++without;
-                } else {
-                    if (!role->is_string())
-                        throw Error(file, line, which + ": 'role' must be a string");
-                    const std::string r = role->get<std::string>();
-                    if (r == "system" || r == "developer")
-                        continue;
-                    if (r != "user" && r != "assistant")
-                        throw Error(file, line,
-                            which + " has the role '" + printable(r)
-                                + "': the turns are 'user' and 'assistant' messages ('system' and 'developer' ones "
-                                  "are skipped)");
-                    if (r == lastRole)
-                        throw Error(file, line,
-                            "messages " + std::to_string(lastRoleAt) + " and " + std::to_string(i + 1) + " are both '"
-                                + r
-                                + "': the turns of a conversation alternate between 'user' and 'assistant' (join the "
-                                  "two into one message)");
-                    lastRole = r;
-                    lastRoleAt = i + 1;
-                    ++withRole;
-                }
+            else if (m.is_object() && m.contains("content") && m["content"].is_string())
                 content = m["content"].get<std::string>();
+            else
+                throw Error(file, line, which + ": each message must be a string or an object with a string 'content'");
+            if (role.empty()) {
+                ++without;
             } else {
-                throw Error(file, line, "each message must be a string or an object with a string 'content'");
+                if (role == lastRole)
+                    throw Error(file, line,
+                        "messages " + std::to_string(lastRoleAt) + " and " + std::to_string(i + 1) + " are both '"
+                            + role
+                            + "': the turns of a conversation alternate between 'user' and 'assistant' (join the "
+                              "two into one message)");
+                lastRole = role;
+                lastRoleAt = i + 1;
+                ++withRole;
             }
             turns.emplace_back(text::trim(content), line);
         }
@@ -636,6 +640,10 @@ std::optional<CorpusFormat> formatFromName(const fs::path& p)
     return std::nullopt;
 }
 
+struct CsvRefused : Error {
+    using Error::Error;
+};
+
 CorpusFormat sniffFile(const fs::path& p)
 {
     if (const auto byName = formatFromName(p))
@@ -662,10 +670,10 @@ CorpusFormat sniffFile(const fs::path& p)
     // Read as dialog, a spreadsheet's pairs would chain header and rows into turns of one another
     // and cut quoted fields at their line breaks.
     if (lower(p.extension().string()) == ".csv")
-        throw Error(p.string(), 0,
+        throw CsvRefused(p.string(), 0,
             "comma-separated values (CSV) are not a corpus format: save the pairs as TSV (a prompt, a tab and its "
-            "response on each line; a spreadsheet's \"Tab-separated values\"), or give --format dialog to read each "
-            "line as a turn");
+            "response on each line; a spreadsheet's \"Tab-separated values\"), or choose the dialog format "
+            "(--format dialog) to read each line as a turn");
     return CorpusFormat::DialogText;
 }
 
@@ -781,7 +789,13 @@ Corpus loadCorpusUnguarded(const std::string& path, const LoadOptions& options)
 {
     Corpus corpus;
     corpus.path = path;
-    corpus.format = options.format == CorpusFormat::Auto ? detectFormat(path) : options.format;
+    try {
+        corpus.format = options.format == CorpusFormat::Auto ? detectFormat(path) : options.format;
+    } catch (const CsvRefused&) {
+        if (!options.csvAsDialog)
+            throw;
+        corpus.format = CorpusFormat::DialogText;
+    }
     corpus.pairing = options.pairing;
     Loader L { corpus, options };
     const fs::path p(path);

@@ -1065,8 +1065,8 @@ std::vector<uint8_t> readForParent(const std::string& path, uint64_t memory)
         reply = { { "error",
             { { "file", path }, { "line", 0 },
                 { "message",
-                    "reading it needed more than the " + std::to_string(memory >> 20)
-                        + " MiB of memory a model file of its size may take: it is corrupt" } } } };
+                    "reading it ran out of memory (a model file of its size may take " + std::to_string(memory >> 20)
+                        + " MiB): it is corrupt, or the machine is short of memory" } } } };
     } catch (const Error& e) {
         reply = { { "error", { { "file", e.file() }, { "line", e.line() }, { "message", e.message() } } } };
     } catch (const std::exception& e) {
@@ -1100,8 +1100,13 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
     // sent back); a malformed file can ask HDF5 for gigabytes (found by fuzzing: 6 GB for 140 KB).
     ChildLimits bounded = limits;
     std::error_code unsized;
-    if (const auto size = fs::file_size(path, unsized); bounded.memory == 0 && !unsized)
-        bounded.memory = (uint64_t(1) << 30) + 8 * static_cast<uint64_t>(size);
+    if (const auto size = fs::file_size(path, unsized); !unsized) {
+        if (bounded.memory == 0)
+            bounded.memory = (uint64_t(1) << 30) + 8 * static_cast<uint64_t>(size);
+        // Reading it, a copy of its weights, and the reply: a few times its size earn time.
+        if (bounded.creditedBytes == 0)
+            bounded.creditedBytes = (uint64_t(1) << 20) + 8 * static_cast<uint64_t>(size);
+    }
     ChildOutcome child;
     try {
         child = runInChild([&] { return readForParent(path, bounded.memory); }, bounded);
@@ -1122,8 +1127,9 @@ KerasSeq2Seq readKerasSeq2Seq(const std::string& path, const ChildLimits& limits
                     + " and was stopped: it is corrupt, or far larger than a chatbot");
         if (child.end == ChildOutcome::End::Looping)
             throw Error(path, 0,
-                "the HDF5 or zip library kept the CPU busy for " + tenths(child.cpu)
-                    + " without reading further in this file (stopped): it is corrupt, or not a Keras model file");
+                "the HDF5 or zip library used " + tenths(child.cpu)
+                    + " of CPU time reading this file, more than a file of its size needs (stopped): it is corrupt, "
+                      "or not a Keras model file");
         if (child.end == ChildOutcome::End::Idle)
             throw Error(path, 0,
                 "the HDF5 or zip library stopped responding reading this file (no progress for " + seconds(limits.idle)

@@ -1123,7 +1123,9 @@ Corpus loadRunCorpus(const std::string& runDir)
     if (cfg.corpus.empty())
         throw Error(configPath(runDir), 0, "the run does not name its corpus; give the corpus to resume with");
     try {
-        return loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
+        LoadOptions opt = corpusLoadOptions(cfg);
+        opt.csvAsDialog = true; // a run trained on a .csv before it was refused
+        return loadCorpus(cfg.corpus, opt);
     } catch (const Error& e) {
         throw Error(e.file().empty() ? configPath(runDir) : e.file(), e.line(),
             e.message() + " (the corpus named in " + configPath(runDir) + ")");

@@ -581,7 +581,8 @@ TrainResult resume(
     } else {
         throw Error(runDir, 0,
             "the corpus differs from the one this run started with (" + s.cfg.corpus
-                + "); resume needs the same pairs");
+                + "); resume needs the same pairs (where the file has not changed, this version reads some of its "
+                  "records otherwise: `corpus validate --verbose` says which it skips)");
     }
     if (epochs > 0 && epochs < s.state.epoch)
         throw Error(runDir, 0,

@@ -38,6 +38,9 @@ struct LoadOptions {
     // The longest line a file may have. In TSV and JSON Lines a longer line is a malformed
     // record (skipped, or an error when strict); in the other formats it fails its file.
     int64_t maxLineBytes = int64_t(64) << 10;
+    // With format Auto, a .csv that is not tab-separated is read as dialog text, as it was before
+    // CSV files were refused: runs trained on one resume on the same pairs.
+    bool csvAsDialog = false;
 };
 
 // Something skipped while loading: a record, a conversation or a whole file.
