@@ -165,15 +165,16 @@ ChildOutcome runInChild(const std::function<std::vector<uint8_t>()>& work, const
                 out.cpu = std::chrono::milliseconds(p->second * 1000 / ticksPerSecond);
                 const auto moved = bytesMoved(pid);
                 out.bytesMoved = moved.value_or(-1);
-                const long long credited = limits.creditedBytes > 0 && moved
-                    ? std::min<long long>(*moved, static_cast<long long>(limits.creditedBytes))
-                    : moved.value_or(0);
-                if (moved
-                    && out.cpu.count()
+                if (moved) {
+                    const long long credited = limits.creditedBytes > 0
+                        ? std::min<long long>(*moved, static_cast<long long>(limits.creditedBytes))
+                        : *moved;
+                    if (out.cpu.count()
                         > limits.cpu.count() + static_cast<double>(limits.cpuPerMiB.count()) * credited / (1 << 20)) {
-                    out.end = ChildOutcome::End::Looping;
-                    killed = true;
-                    break;
+                        out.end = ChildOutcome::End::Looping;
+                        killed = true;
+                        break;
+                    }
                 }
             }
             const auto wait = std::min<std::chrono::milliseconds>(

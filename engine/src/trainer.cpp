@@ -259,6 +259,12 @@ void writeFollowing(Session& s, const TrainCallbacks& cb, const std::function<vo
     }
 }
 
+// Its validation loss has not improved for `patience` epochs before all its epochs were done.
+bool stoppedEarly(const Session& s)
+{
+    return s.state.epoch < s.cfg.epochs && s.cfg.patience > 0 && s.state.badEpochs >= s.cfg.patience;
+}
+
 TrainResult loop(Session& s, const TrainCallbacks& cb)
 {
     TrainResult result;
@@ -424,8 +430,7 @@ TrainResult loop(Session& s, const TrainCallbacks& cb)
         }
     }
     // A resume of a run that had stopped early, with nothing to add: still stopped early.
-    const bool stoppedEarly = s.state.epoch < s.cfg.epochs && s.cfg.patience > 0 && s.state.badEpochs >= s.cfg.patience;
-    return finish(stoppedEarly ? TrainStatus::EarlyStopped : TrainStatus::Finished);
+    return finish(stoppedEarly(s) ? TrainStatus::EarlyStopped : TrainStatus::Finished);
 }
 
 } // namespace
@@ -619,8 +624,7 @@ TrainResult resume(
     }
     // Finished means all epochs done or stopped early; a resume that raised the epochs and then
     // failed (a full disk) leaves config.json ahead of state.json: not finished.
-    if (s.state.finished && s.state.epoch < s.cfg.epochs
-        && !(s.cfg.patience > 0 && s.state.badEpochs >= s.cfg.patience))
+    if (s.state.finished && s.state.epoch < s.cfg.epochs && !stoppedEarly(s))
         s.state.finished = false;
     const int64_t vocab = s.cfg.model.vocabSize;
     prepare(s, corpus, cb);
@@ -638,7 +642,7 @@ TrainResult resume(
     s.state.recipe = recipe; // recorded from here on in runs that started without it
     // The step history continues from the checkpoint loaded (no rows from a save cut short).
     writeFollowing(s, cb, [&] { keepRunSteps(s.runDir, s.state.step); }); // loading can take a while
-    if (s.state.finished && s.state.epoch < s.cfg.epochs) // stopped early: more epochs would not start
+    if (s.state.finished && stoppedEarly(s)) // more epochs would not start it
         log(cb,
             "the run stopped early after " + std::to_string(s.state.epoch) + " of its " + std::to_string(s.cfg.epochs)
                 + " epochs: its validation loss had not improved for " + std::to_string(s.state.badEpochs)
