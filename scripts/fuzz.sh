@@ -34,11 +34,34 @@ seed() { # harness → seed files
     corpus_tsv|corpus_dialog|corpus_jsonl|corpus_cornell) ls datasets/chatbench/* ;;
     tokenizer) ls tests/fixtures/keras/*.json ;;
     config|state) ls tests/fixtures/keras/*_tokenizer.json ;;
-    keras_model) ls tests/fixtures/keras/*.keras tests/fixtures/keras/*.h5 ;;
+    keras_model) ls tests/fixtures/keras/*.keras tests/fixtures/keras/*.h5 | grep -v /fuzz- ;; # not its own findings
     keras_config) ls tests/fixtures/keras/unsupported/*.json ;;
     keras_tokenizer) ls tests/fixtures/keras/*_tokenizer.json ;;
     bench_report) find bench/reports -name '*.json' ! -name summary.json ;;
   esac
+}
+
+# Fork mode waits for each job without a limit, and a job can wait for ever: HDF5 overran the
+# heap, glibc aborted, and libFuzzer's abort handler then waited on the allocator's lock. No job
+# runs longer than 300 s (libFuzzer's own cap) plus its start and merge, so one past 420 s is
+# stuck: it is killed, which fork mode counts as a crash and goes on. Each is noted in HARNESS.stuck.
+stop_stuck_jobs() { # PARENT HARNESS NOTES
+  local level all p age
+  while kill -0 "$1" 2>/dev/null; do
+    sleep 15
+    all=
+    level=$(pgrep -P "$1" | tr '\n' ' ' || true)
+    while [ -n "${level// /}" ]; do # the parent's descendants: a shell, then the job
+      all+=" $level"
+      level=$(for p in $level; do pgrep -P "$p" || true; done | tr '\n' ' ')
+    done
+    for p in $all; do
+      age=$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' ' || true)
+      if [ "${age:-0}" -gt 420 ] && [ "$(ps -o comm= -p "$p" 2>/dev/null)" = "$(echo "fuzz_$2" | cut -c1-15)" ]; then
+        kill -9 "$p" 2>/dev/null && echo "$(date -u +%FT%TZ) job $p stopped after $age s" >>"$3"
+      fi
+    done
+  done
 }
 
 mkdir -p "$BUILD/findings"
@@ -77,6 +100,10 @@ for f in sys.argv[2:]:
   # HDF5 itself crashes on some malformed files (the importer reads models in a child process,
   # which contains that): those crashes are recorded and fuzzing goes on past them.
   [ "$h" = keras_model ] && mode=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1)
+  # A model is read in about 3 ms; the inputs on which HDF5 loops for good cost the whole timeout
+  # each (43 in 23 minutes once: a sixth of the campaign at 10 s), so this harness' timeout is 3 s.
+  timeout=10
+  [ "$h" = keras_model ] && timeout=3
   # LibTorch's archive reader leaks on malformed archives (fuzz/lsan.supp): one process grows by
   # about 1 KB an input, past any memory limit in a long campaign. In fork mode each job is a
   # process of its own that ends within 300 s.
@@ -85,8 +112,17 @@ for f in sys.argv[2:]:
   [ -n "${FUZZ_MAX_LEN:-}" ] && mode+=(-max_len="$FUZZ_MAX_LEN")
   [ "$h" = checkpoint ] && rss=4096 # LibTorch under ASan, and its archive reader leaking (lsan.supp)
   LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0" \
-  "$BUILD/fuzz_$h" "${mode[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb="$rss" -print_final_stats=1 \
-    -artifact_prefix="$BUILD/findings/$h-" "$work" "fuzz/regressions/$h" >"$log" 2>&1 || true
+  "$BUILD/fuzz_$h" "${mode[@]}" -max_total_time="$SECONDS_EACH" -timeout="$timeout" -rss_limit_mb="$rss" -print_final_stats=1 \
+    -artifact_prefix="$BUILD/findings/$h-" "$work" "fuzz/regressions/$h" >"$log" 2>&1 &
+  fuzzer=$!
+  rm -f "$BUILD/$h.stuck"
+  watcher=
+  if [ ${#mode[@]} -gt 0 ] && [[ ${mode[0]} == -fork=* ]]; then
+    stop_stuck_jobs "$fuzzer" "$h" "$BUILD/$h.stuck" &
+    watcher=$!
+  fi
+  wait "$fuzzer" || true
+  [ -z "$watcher" ] || kill "$watcher" 2>/dev/null || true
   if [ "$h" = keras_model ] || [ "$h" = checkpoint ]; then # fork mode: "#N: cov: … exec/s R …" lines
     execs=$(grep -oE '^#[0-9]+:' "$log" | tail -1 | tr -d '#:' || echo 0)
     rate=$(grep -oE 'exec/s [0-9]+' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
@@ -96,6 +132,7 @@ for f in sys.argv[2:]:
   fi
   found=$(ls "$BUILD/findings" | grep -c "^$h-" || true)
   printf '%-16s %12s %10s %8s\n' "$h" "${execs:-0}" "${rate:-0}" "$found"
+  [ ! -s "$BUILD/$h.stuck" ] || echo "  $h: $(wc -l <"$BUILD/$h.stuck") stuck job(s) stopped (listed in $BUILD/$h.stuck)"
 done
 # Scratch folders of harnesses that have ended (another runner may be fuzzing beside this one).
 for d in /dev/shm/chatbench-fuzz-*; do

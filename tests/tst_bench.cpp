@@ -33,6 +33,7 @@ private Q_SLOTS:
     void trainStepTimesABatchTheTrainerForms();
     void settingsRestoredWhenCancelledOrThrown();
     void oneFailingCombinationKeepsTheRest();
+    void eachThreadCountRaces();
     void batchBeyondMemoryIsRefusedBeforeAnyWork();
 };
 
@@ -231,6 +232,28 @@ void TestBench::oneFailingCombinationKeepsTheRest()
     QCOMPARE(r.notes.size(), size_t(1));
     QCOMPARE(r.notes[0], std::string("cpu fp32 1 thread(s): skipped after an error: injected failure"));
     QCOMPARE(lastDone, lastTotal); // progress still reaches the end
+}
+
+// Found by an outside pass: `--threads 1 --race-epochs N` raced at the default thread count,
+// beside rows measured at one thread. Each thread count of the table gets its own race.
+void TestBench::eachThreadCountRaces()
+{
+    const Corpus corpus = questionsAndAnswers(12);
+    BenchConfig cfg;
+    cfg.preset = "quick";
+    cfg.batchSizes = { 2 };
+    cfg.threads = { 1, 2 };
+    cfg.repeats = 1;
+    cfg.warmup = 0;
+    cfg.replyLength = 2;
+    cfg.epoch = false;
+    cfg.raceEpochs = 1;
+    const BenchReport r = runBench(cfg, corpus, {});
+    QCOMPARE(r.races.size(), size_t(2));
+    QCOMPARE(r.races[0].threads, 1);
+    QCOMPARE(r.races[1].threads, 2);
+    for (const auto& race : r.races)
+        QCOMPARE(race.points.size(), size_t(1));
 }
 
 // `bench --batch 65536` on sizes no machine here can hold ran for minutes until LibTorch's

@@ -117,6 +117,18 @@ void TestCorpus::goodInputs_data()
         << QByteArray("{\"messages\":[{\"role\":\"System\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]},"
                       "{\"role\":\"human\",\"content\":\"hi\"},{\"role\":\"model\",\"content\":\"hello\"}]}\n")
         << "jsonl" << QStringList { "hi|hello" };
+    // Found by an outside pass: a CR or U+FEFF written as an escape reached the tokenizer, which
+    // made "one\r" a word of the vocabulary that the vocabulary file then refused (a run that
+    // trained, exit 0, and could neither chat nor resume). They are read as the file loaders read
+    // them in a file's own bytes: CR a line break, U+FEFF dropped (a text left empty is no pair).
+    QTest::newRow("jsonl-escaped-cr-and-bom")
+        << "crlf.jsonl"
+        << QByteArray("{\"prompt\":\"line one\\r\\nline two\",\"response\":\"ok\\rthen\"}\n"
+                      "{\"prompt\":\"\\ufeff hello\",\"response\":\"there\\ufeff\"}\n"
+                      "{\"prompt\":\"\\ufeff\",\"response\":\"nothing\"}\n")
+        << "jsonl" << QStringList { "line one\nline two|ok\nthen", "hello|there" };
+    QTest::newRow("yaml-escaped-cr") << "cr.yml" << QByteArray("conversations:\n- - \"good\\rmorning\"\n  - hi\n")
+                                     << "yaml" << QStringList { "good\nmorning|hi" };
     QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"
                             << QStringList { "hello|hi", "hi|how are you", "bye|see you" };
 }
@@ -137,6 +149,15 @@ void TestCorpus::goodInputs()
     QCOMPARE(got, expected);
     QCOMPARE(c.pairs.front().file, path);
     QVERIFY(c.pairs.front().line >= 1);
+    // What training then chat do with the pairs: the vocabulary built from them is saved and read
+    // back, in either tokenizer mode.
+    for (const TokenizerMode mode : { TokenizerMode::Keras, TokenizerMode::Punctuation }) {
+        TokenizerOptions opt;
+        opt.mode = mode;
+        const Tokenizer built = Tokenizer::build(c.pairs, opt);
+        built.save(dir.filePath("vocab.json").toStdString());
+        QCOMPARE(Tokenizer::load(dir.filePath("vocab.json").toStdString()).size(), built.size());
+    }
 }
 
 void TestCorpus::badInputs_data()
@@ -368,6 +389,26 @@ void TestCorpus::exportedPairsReadBackTheSame()
         QCOMPARE(words.split(back.pairs[i].prompt), words.split(original.pairs[i].prompt));
         QCOMPARE(words.split(back.pairs[i].response), words.split(original.pairs[i].response));
     }
+    // JSON Lines (found by an outside pass: an export named .jsonl was TSV, which the next
+    // command could not read) keep the texts exactly, tabs and line breaks too.
+    const std::string jsonl = dir.filePath("pairs.jsonl").toStdString();
+    writePairs(original.pairs, jsonl);
+    const Corpus exact = loadCorpus(jsonl, {});
+    QCOMPARE(exact.format, CorpusFormat::Jsonl);
+    QCOMPARE(exact.pairs.size(), original.pairs.size());
+    for (size_t i = 0; i < exact.pairs.size(); ++i) {
+        QCOMPARE(exact.pairs[i].prompt, original.pairs[i].prompt);
+        QCOMPARE(exact.pairs[i].response, original.pairs[i].response);
+    }
+    QCOMPARE(exportFormat(dir.filePath("pairs.txt").toStdString()), CorpusFormat::Tsv);
+    QCOMPARE(exportFormat("PAIRS.NDJSON"), CorpusFormat::Jsonl);
+    for (const char* yamlName : { "pairs.yml", "p.YAML" })
+        try {
+            exportFormat(yamlName);
+            QFAIL("a YAML name was taken");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("name the file .tsv, or .jsonl") != std::string::npos, e.what());
+        }
     // An unwritable destination is an error naming it.
     const std::string nowhere = dir.filePath("missing/pairs.tsv").toStdString();
     try {
@@ -638,6 +679,10 @@ void TestCorpus::printableEscapesControls()
             "l\xE2\x80\x8E r\xE2\x80\x8F a\xD8\x9C s\xE2\x80\xA8 p\xE2\x80\xA9 \xE2\x80\x8D \xE2\x80\xA7 \xD8\x9B"),
         std::string("l\\xE2\\x80\\x8E r\\xE2\\x80\\x8F a\\xD8\\x9C s\\xE2\\x80\\xA8 p\\xE2\\x80\\xA9 \xE2\x80\x8D "
                     "\xE2\x80\xA7 \xD8\x9B"));
+    // What shows nothing: the zero-width space, the word joiner and U+FEFF (a chat's "unknown
+    // word" that looked like a known one held one); zero-width joiners print (emoji need them).
+    QCOMPARE(printable("\xEF\xBB\xBFhello z\xE2\x80\x8Bw j\xE2\x81\xA0k \xE2\x80\x8C"),
+        std::string("\\xEF\\xBB\\xBFhello z\\xE2\\x80\\x8Bw j\\xE2\\x81\\xA0k \xE2\x80\x8C"));
 }
 
 void TestCorpus::pairings()

@@ -273,6 +273,18 @@ void TestKeras::diagnosisSaysWhatTheLoopDrops()
     QVERIFY2(cut.diagnosis.verdict.find("Replies were cut by --max-target 3: ") == 0
             && cut.diagnosis.verdict.find("ran to its 2 words without the end word") != std::string::npos,
         cut.diagnosis.verdict.c_str());
+
+    // Prompts in words the model never saw (an outside pass: a French corpus for an English
+    // model) all reach the encoder as <unk>: the verdict was that the model is collapsed.
+    opt.maxTargetLength = 0;
+    opt.prompts = { "bonjour", "merci", "salut", "chouette", "fromage" };
+    const KerasImport foreign = importKeras(opt, m_dir.filePath("foreign").toStdString());
+    QCOMPARE(foreign.diagnosis.distinctInputs, 1);
+    QCOMPARE(foreign.diagnosis.unknownOnly, 5);
+    QVERIFY2(foreign.diagnosis.verdict.find("The prompts cannot tell: the tokenizer reads all 5 of them as one input "
+                                            "(5 of them hold no word the model knows)")
+            == 0,
+        foreign.diagnosis.verdict.c_str());
 }
 
 void TestKeras::fineTunesOnACorpus()

@@ -799,7 +799,8 @@ void CompareView::refresh()
                 continue;
             auto* g = m_race->addGraph();
             g->setName(wid(si) + " · " + s.label + " · "
-                + QString::fromStdString(c.device + " " + benchPrecisionName(c.precision)));
+                + QString::fromStdString(c.device + " " + benchPrecisionName(c.precision)
+                    + (c.device == "cpu" && c.threads > 0 ? " · " + std::to_string(c.threads) + " thr" : "")));
             g->setPen(QPen(colour(ri++), 2));
             g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
             g->setData(x, y);

@@ -69,8 +69,9 @@ void printTable(const BenchReport& r, const BenchConfig& cfg)
                  "training 3× forward; %GEMM = that / the matmul ceiling of the same device, precision and threads.\n";
     for (const auto& c : r.races)
         if (!c.points.empty())
-            std::cout << "race " << c.device << " " << benchPrecisionName(c.precision) << ": " << c.points.size()
-                      << " epochs in " << fixed(c.points.back().seconds, 2) << " s, final loss "
+            std::cout << "race " << c.device << " " << benchPrecisionName(c.precision)
+                      << (c.device == "cpu" ? " " + std::to_string(c.threads) + " thr" : std::string()) << ": "
+                      << c.points.size() << " epochs in " << fixed(c.points.back().seconds, 2) << " s, final loss "
                       << fixed(c.points.back().loss, 4) << "\n";
     for (const auto& n : r.notes)
         std::cout << "note: " << n << "\n";
@@ -201,7 +202,8 @@ void addBenchCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--reply-length", a->cfg.replyLength, "Decoder steps per reply")
         ->check(CLI::Range(1, 4096))
         ->capture_default_str();
-    cmd->add_option("--race-epochs", a->cfg.raceEpochs, "Also train N epochs per device, recording loss vs time")
+    cmd->add_option("--race-epochs", a->cfg.raceEpochs,
+           "Also train N epochs per device, precision and CPU thread count, recording loss vs time")
         ->check(CLI::Range(0, 100000));
     cmd->add_flag("--no-epoch", a->noEpoch, "Skip the whole-epoch timing");
     cmd->add_option("--out", a->out, "Report file (JSON); empty: none")->capture_default_str();

@@ -1,5 +1,5 @@
 // chatbench-cli corpus stats|validate|export — what a corpus holds, its first problem as file:line,
-// or its pairs as TSV for other tools.
+// or its pairs as TSV or JSON Lines for other tools.
 
 #include "chatbench/corpusstats.h"
 #include "chatbench/error.h"
@@ -18,7 +18,7 @@ struct CorpusArgs {
     int minFrequency = 1;
     std::string mode = chatbench::tokenizerModeName(chatbench::TokenizerOptions {}.mode);
     bool json = false;
-    std::string out; // export: the TSV file to write
+    std::string out; // export: the file to write
 };
 
 int stats(const CorpusArgs& a)
@@ -50,7 +50,8 @@ int validate(const CorpusArgs& a)
 }
 
 // The pairs exactly as training would see them (format, pairing and skipped records alike), for a
-// tool that reads only TSV: the side-by-side peers. `--out -` (or /dev/stdout, which `>> file`
+// tool that reads only TSV (the side-by-side peers), or as JSON Lines (--out NAME.jsonl), which
+// keeps every character of the texts. `--out -` (or /dev/stdout, which `>> file`
 // appends to) prints the pairs there, and the summary on standard error.
 int exportPairs(const CorpusArgs& a)
 {
@@ -59,13 +60,15 @@ int exportPairs(const CorpusArgs& a)
         checkStandardOutputFile({ a.path });
     else
         checkOutputFile(a.out, { a.path }, "'-' writes the pairs there");
+    if (!toStandardOutput)
+        (void)chatbench::exportFormat(a.out); // a name read back as another format: said before the work
     const chatbench::Corpus c = loadCorpusArg(a.path, a.corpus);
     if (toStandardOutput) {
         std::cout << chatbench::pairsTsv(c.pairs) << std::flush;
         if (!std::cout || standardOutputWasClosed())
             return 0; // main says why the output did not arrive, and fails
     } else {
-        chatbench::writePairsTsv(c.pairs, a.out);
+        chatbench::writePairs(c.pairs, a.out);
     }
     (toStandardOutput ? std::cerr : std::cout)
         << "wrote " << c.pairs.size() << (c.pairs.size() == 1 ? " pair (" : " pairs (")
@@ -84,8 +87,8 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     auto* statsCmd = corpus->add_subcommand("stats", "Pairs, vocabulary, OOV rate and lengths");
     auto* validateCmd = corpus->add_subcommand(
         "validate", "Load every record; report what is skipped as file:line (--strict: fail on the first)");
-    auto* exportCmd
-        = corpus->add_subcommand("export", "Write the pairs as TSV (prompt<TAB>response), as training reads them");
+    auto* exportCmd = corpus->add_subcommand("export",
+        "Write the pairs as training reads them: TSV (prompt<TAB>response), or JSON Lines for an --out named .jsonl");
     for (auto* sub : { statsCmd, validateCmd, exportCmd }) {
         sub->add_option("path", args->path, "Corpus file or folder")->required();
         addCorpusFlags(sub, args->corpus);
@@ -96,7 +99,10 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     statsCmd->add_flag("--json", args->json, "Print JSON");
     statsCmd->callback([args, &exitCode] { exitCode = stats(*args); });
     validateCmd->callback([args, &exitCode] { exitCode = validate(*args); });
-    exportCmd->add_option("--out", args->out, "The TSV file to write ('-': standard output)")->required();
+    exportCmd
+        ->add_option(
+            "--out", args->out, "The file to write: NAME.jsonl for JSON Lines, else TSV ('-': TSV on standard output)")
+        ->required();
     exportCmd->callback([args, &exitCode] { exitCode = exportPairs(*args); });
 }
 

@@ -243,8 +243,8 @@ void addTrainCommand(CLI::App& app, int& exitCode)
                     + " cannot change there (only --epochs, --patience, --checkpoint-every, --keep-checkpoints, "
                       "--threads, --device, --tf32 and, with --corpus, the corpus options can)");
             if (!withoutCorpus.empty())
-                throw Error(withoutCorpus
-                    + " apply to --corpus; without it the run's own corpus is read as its config.json says (give "
+                throw Error(withoutCorpus + (withoutCorpus.find(',') == std::string::npos ? " applies" : " apply")
+                    + " to --corpus; without it the run's own corpus is read as its config.json says (give "
                       "--corpus with the same file to read it otherwise)");
         }
         exitCode = run(*a);

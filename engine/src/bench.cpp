@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -462,7 +463,8 @@ struct Bench {
 
     void race(const Corpus& corpus, const std::string& device, BenchPrecision precision, int threads)
     {
-        progress("race " + device + " " + benchPrecisionName(precision));
+        progress("race " + device + " " + benchPrecisionName(precision)
+            + (threads > 0 ? " " + std::to_string(threads) + " thread(s)" : ""));
         TrainConfig rc = train;
         rc.tf32 = precision == BenchPrecision::TF32;
         rc.epochs = cfg.raceEpochs;
@@ -620,14 +622,17 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
     bench.total = perCombo * static_cast<int>(combos.size())
         + static_cast<int>(std::count_if(combos.begin(), combos.end(),
             [&](const Combo& c) { return Bench::tracesFast(c.dev, c.precision, bench.train.model); }));
-    std::vector<std::pair<std::string, BenchPrecision>> raceRuns;
+    // One race for each device, precision and (on the CPU) thread count of the table: a race at
+    // other settings than the rows beside it would compare other things (found by an outside pass:
+    // `--threads 1` raced at the default count).
+    std::vector<Combo> raceRuns;
     if (cfg.raceEpochs > 0) {
         // Said before minutes of timing, not as a note at the end that the race was skipped.
         (void)temporaryFolder(kRaceFolder);
-        std::set<std::pair<std::string, BenchPrecision>> seen;
+        std::set<std::tuple<std::string, BenchPrecision, int>> seen;
         for (const auto& c : combos)
-            if (seen.insert({ c.dev.str(), c.precision }).second)
-                raceRuns.push_back({ c.dev.str(), c.precision });
+            if (seen.insert({ c.dev.str(), c.precision, c.threads }).second)
+                raceRuns.push_back(c);
         bench.total += static_cast<int>(raceRuns.size());
     }
 
@@ -655,17 +660,19 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
             }
         }
     }
-    for (const auto& [dev, prec] : raceRuns) {
+    for (const Combo& c : raceRuns) {
         if (bench.cancelled())
             break;
+        const std::string dev = c.dev.str();
         const SettingsGuard settings; // training sets threads and determinism for the process
         try {
-            bench.race(corpus, dev, prec, 0); // training sets its own maths mode (TrainConfig::tf32)
+            bench.race(corpus, dev, c.precision, c.threads); // training sets its own maths mode (TrainConfig::tf32)
         } catch (const std::exception& e) {
-            report.notes.push_back(
-                "race " + dev + " " + benchPrecisionName(prec) + ": skipped after an error: " + inWords(e.what()));
+            report.notes.push_back("race " + dev + " " + benchPrecisionName(c.precision)
+                + (c.threads > 0 ? " " + std::to_string(c.threads) + " thread(s)" : "")
+                + ": skipped after an error: " + inWords(e.what()));
             ++bench.done;
-            releaseCachedMemory(parseDevice(dev));
+            releaseCachedMemory(c.dev);
         }
     }
     if (bench.cancelled())

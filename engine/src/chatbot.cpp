@@ -8,6 +8,7 @@
 #include "model.h"
 #include "runstate.h"
 #include "snapshot.h"
+#include "text.h"
 #include "torchutil.h"
 #include "tracedreply.h"
 #include "tracejson.h"
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 
 namespace chatbench {
@@ -187,7 +189,9 @@ std::vector<LayerState> layerStates(const torch::Tensor& h, const torch::Tensor&
 // Source ids for one prompt; an empty prompt becomes one <unk>.
 std::vector<int64_t> encodeSource(const Tokenizer& tok, const ModelConfig& cfg, const std::string& text, Encoded* info)
 {
-    Encoded e = tok.encode(text, static_cast<size_t>(cfg.maxSourceLength));
+    // As the corpus' text was read: a CR from a Windows file or `read` is a line break, U+FEFF
+    // (Notepad's byte-order mark before the first question) is dropped.
+    Encoded e = tok.encode(text::normaliseBreaks(text), static_cast<size_t>(cfg.maxSourceLength));
     std::vector<int64_t> ids = e.ids;
     if (ids.empty())
         ids.push_back(Tokenizer::kUnk);
@@ -684,6 +688,15 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
 {
     HandoffDiagnosis d;
     d.prompts = static_cast<int>(prompts.size());
+    // Prompts the tokenizer reads alike (all of their words unknown: another language) can only
+    // get one reply, whatever the loop does.
+    std::set<std::vector<int64_t>> inputs;
+    for (const std::string& p : prompts) {
+        const std::vector<int64_t> ids = bot.sourceIds(p);
+        inputs.insert(ids);
+        d.unknownOnly += std::all_of(ids.begin(), ids.end(), [](int64_t id) { return id == Tokenizer::kUnk; }) ? 1 : 0;
+    }
+    d.distinctInputs = static_cast<int>(inputs.size());
     const int limit = bot.config().model.maxTargetLength - 1; // the words a reply may have
     for (HandoffMode mode : { HandoffMode::Correct, HandoffMode::ZeroInit, HandoffMode::ResetEachStep }) {
         DecodeOptions opt;
@@ -715,8 +728,15 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
     const auto& reset = d.modes[2];
     std::ostringstream v;
     const int n = d.prompts;
+    const std::string unknown = d.unknownOnly == 0
+        ? std::string()
+        : " (" + std::to_string(d.unknownOnly) + " of them hold no word the model knows)";
     if (n < 2) {
         v << "Give at least two prompts to compare replies.";
+    } else if (d.distinctInputs < 2) {
+        v << "The prompts cannot tell: the tokenizer reads all " << n << " of them as one input" << unknown
+          << ", so they get one reply whatever the decoding loop does. Diagnose with prompts in the words the model "
+             "was trained on (--corpus).";
     } else if (ok.unended * 10 >= n * 9) {
         // A tokenizer of another model (ids shifted by one) or the wrong end word: the replies
         // differ, but none of them ends, so they say nothing of the handoff.
@@ -725,9 +745,14 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
           << " words), even with the encoder's state handed over. Is the tokenizer the model's own, and the end word "
              "the one it was trained with? Until replies end, their count says nothing about the decoding loop.";
     } else if (ok.distinct <= 1) {
-        v << "The model itself gives one reply (\"" << ok.mostCommon << "\") to all " << n
-          << " prompts even with the encoder's state handed over: it is undertrained or collapsed, so the decoding "
-             "loop is not the whole story.";
+        v << "The model itself gives one reply (\"" << ok.mostCommon << "\") to all " << n << " prompts"
+          << (d.distinctInputs < n ? " (as " + std::to_string(d.distinctInputs) + " different inputs"
+                         + (d.unknownOnly > 0 ? "; " + std::to_string(d.unknownOnly) + " hold no word the model knows"
+                                              : "")
+                         + ")"
+                                   : "")
+          << " even with the encoder's state handed over: it is undertrained or collapsed, so the decoding loop is not "
+             "the whole story.";
     } else {
         v << "The model is fine: with the encoder's final state_h/state_c as the decoder's initial state it gives "
           << ok.distinct << " different replies to " << n << " prompts. Started from zeros it gives " << zero.distinct

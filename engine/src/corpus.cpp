@@ -120,6 +120,15 @@ struct Loader {
     // whose text would reach the vocabulary and a terminal.
     void add(Pair p)
     {
+        // A JSON or YAML escape puts a CR or U+FEFF in a text where a file's own bytes cannot
+        // (the file loaders turn them into line breaks, or drop them): the Keras tokenizer does not
+        // split at CR, so "one\r" would be a word of its own, and the vocabulary file refuses it.
+        for (std::string* t : { &p.prompt, &p.response })
+            if (std::string n = text::normaliseBreaks(*t); n != *t) {
+                *t = text::trim(n);
+                if (t->empty())
+                    throw Error(p.file, p.line, "empty prompt or response");
+            }
         for (const std::string* t : { &p.prompt, &p.response })
             for (size_t i = 0; i < t->size(); ++i)
                 // C0 controls, DEL, and C1 controls (U+0080-U+009F: C2 80 to C2 9F in UTF-8).
@@ -942,6 +951,33 @@ std::string pairsTsv(const std::vector<Pair>& pairs)
 void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
 {
     writeOutputFile(path, pairsTsv(pairs));
+}
+
+std::string pairsJsonl(const std::vector<Pair>& pairs)
+{
+    std::string out;
+    for (const Pair& p : pairs) {
+        nlohmann::ordered_json j;
+        j["prompt"] = p.prompt;
+        j["response"] = p.response;
+        out += j.dump() + '\n';
+    }
+    return out;
+}
+
+CorpusFormat exportFormat(const std::string& path)
+{
+    const std::optional<CorpusFormat> byName = formatFromName(path);
+    if (byName == CorpusFormat::ChatterbotYaml)
+        throw Error(path, 0,
+            "a .yml or .yaml file is read as a chatterbot YAML corpus, and export writes TSV or JSON Lines: name the "
+            "file .tsv, or .jsonl to keep every character of the texts");
+    return byName == CorpusFormat::Jsonl ? CorpusFormat::Jsonl : CorpusFormat::Tsv;
+}
+
+void writePairs(const std::vector<Pair>& pairs, const std::string& path)
+{
+    writeOutputFile(path, exportFormat(path) == CorpusFormat::Jsonl ? pairsJsonl(pairs) : pairsTsv(pairs));
 }
 
 Split splitPairs(const std::vector<Pair>& pairs, double validationFraction, uint64_t seed)

@@ -1121,7 +1121,9 @@ Corpus loadRunCorpus(const std::string& runDir)
 {
     const TrainConfig cfg = loadRunConfig(runDir);
     if (cfg.corpus.empty())
-        throw Error(configPath(runDir), 0, "the run does not name its corpus; give the corpus to resume with");
+        throw Error(configPath(runDir), 0,
+            "the run does not name its corpus (an imported model's run, or one trained on pairs in memory): give "
+            "the corpus to resume with (train --resume --corpus FILE)");
     try {
         LoadOptions opt = corpusLoadOptions(cfg);
         opt.csvAsDialog = true; // a run trained on a .csv before it was refused

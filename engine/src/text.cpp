@@ -209,39 +209,11 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1, s
                 "invalid UTF-8 (byte " + std::to_string(bad)
                     + " of the file); if the file is Latin-1, load it with the Latin-1 option");
     }
-    std::string out;
     const size_t skip = bytes.size() >= 3 && bytes.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
-    if (bytes.find('\r', skip) == std::string::npos) {
-        out = skip ? bytes.substr(skip) : std::move(bytes);
-    } else {
-        out.reserve(bytes.size());
-        for (size_t i = skip; i < bytes.size(); ++i) {
-            if (bytes[i] == '\r') {
-                out.push_back('\n');
-                if (i + 1 < bytes.size() && bytes[i + 1] == '\n')
-                    ++i;
-            } else {
-                out.push_back(bytes[i]);
-            }
-        }
-    }
-    if (latin1) {
-        out = latin1ToUtf8(out);
-    } else {
-        // U+FEFF past the start (files joined with cat) is the invisible zero-width no-break
-        // space: dropped, as at the start, rather than kept inside a word.
-        if (size_t at = out.find("\xEF\xBB\xBF"); at != std::string::npos) {
-            std::string kept;
-            kept.reserve(out.size());
-            size_t from = 0;
-            for (; at != std::string::npos; at = out.find("\xEF\xBB\xBF", from)) {
-                kept.append(out, from, at - from);
-                from = at + 3;
-            }
-            kept.append(out, from, std::string::npos);
-            out = std::move(kept);
-        }
-    }
+    if (skip)
+        bytes.erase(0, skip);
+    // Latin-1 bytes are converted first: what reads as U+FEFF in UTF-8 is three letters there.
+    std::string out = normaliseBreaks(latin1 ? latin1ToUtf8(bytes) : std::move(bytes));
     size_t start = 0;
     long line = 1;
     while (maxLineBytes > 0 && start <= out.size()) {
@@ -252,6 +224,26 @@ std::string normalise(const std::string& file, std::string bytes, bool latin1, s
             throw Error(file, line, longLine(end - start, maxLineBytes));
         start = end + 1;
         ++line;
+    }
+    return out;
+}
+
+std::string normaliseBreaks(std::string text)
+{
+    if (text.find('\r') == std::string::npos && text.find("\xEF\xBB\xBF") == std::string::npos)
+        return text;
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\r') {
+            out.push_back('\n');
+            if (i + 1 < text.size() && text[i + 1] == '\n')
+                ++i;
+        } else if (text.compare(i, 3, "\xEF\xBB\xBF") == 0) {
+            i += 2;
+        } else {
+            out.push_back(text[i]);
+        }
     }
     return out;
 }
@@ -323,12 +315,15 @@ std::string printable(std::string_view s)
             // C1 controls (U+0080–U+009F: 0xC2 0x80–0x9F), the bidirectional overrides and
             // isolates (U+202A–U+202E, U+2066–U+2069) and marks (U+200E, U+200F, U+061C), and the
             // line and paragraph separators (U+2028, U+2029) act on a terminal, reorder text or
-            // break a line: escaped.
+            // break a line; the zero-width space, word joiner and U+FEFF show nothing, so that a
+            // word holding one looks like another (joiners, which emoji and scripts need, print):
+            // escaped.
             const auto b1 = seq.size() > 1 ? static_cast<unsigned char>(seq[1]) : 0;
             const auto b2 = seq.size() > 2 ? static_cast<unsigned char>(seq[2]) : 0;
             const bool control = (b == 0xC2 && b1 >= 0x80 && b1 <= 0x9F) || (b == 0xD8 && b1 == 0x9C)
-                || (b == 0xE2 && b1 == 0x80 && ((b2 >= 0xA8 && b2 <= 0xAE) || b2 == 0x8E || b2 == 0x8F))
-                || (b == 0xE2 && b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
+                || (b == 0xE2 && b1 == 0x80 && ((b2 >= 0xA8 && b2 <= 0xAE) || b2 == 0x8B || b2 == 0x8E || b2 == 0x8F))
+                || (b == 0xE2 && b1 == 0x81 && ((b2 >= 0xA6 && b2 <= 0xA9) || b2 == 0xA0))
+                || (b == 0xEF && b1 == 0xBB && b2 == 0xBF);
             if (control) {
                 for (char ch : seq)
                     escape(static_cast<unsigned char>(ch));

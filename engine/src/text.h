@@ -41,6 +41,12 @@ long lineOfOffset(std::string_view bytes, size_t offset);
 // Throws Error(file, line) naming the first bad line.
 std::string normalise(const std::string& file, std::string bytes, bool latin1, size_t maxLineBytes);
 
+// Line breaks and U+FEFF in a text as the file loaders leave them: CRLF and lone CR become LF,
+// and U+FEFF (a byte-order mark, or the invisible no-break space of files joined with cat) is
+// dropped. For text that reached the program another way: a JSON or YAML escape ("\r",
+// "\ufeff") in a corpus, a chat message. Text already so is returned as it was.
+std::string normaliseBreaks(std::string text);
+
 // The message for a line longer than `limit`.
 std::string longLine(size_t bytes, size_t limit);
 

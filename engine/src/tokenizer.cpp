@@ -266,7 +266,8 @@ void Tokenizer::save(const std::string& path) const
     j["min_frequency"] = m_options.minFrequency;
     j["max_size"] = m_options.maxSize;
     j["drop_unknown"] = m_options.dropUnknown;
-    j["lowercase"] = m_options.unicodeLowercase ? "unicode" : "ascii";
+    // The punctuation mode lowercases ASCII letters only (vocabularies of that mode once said "unicode").
+    j["lowercase"] = m_options.mode == TokenizerMode::Keras && m_options.unicodeLowercase ? "unicode" : "ascii";
     j["tokens"] = m_words;
     std::string text = j.dump(1);
     // What load reads back: a file over its limit would be written and then refused, leaving a run
@@ -303,7 +304,7 @@ Tokenizer Tokenizer::load(const std::string& path)
         const std::string lowercase = field<std::string>(root, "lowercase", std::string("ascii"));
         if (lowercase != "ascii" && lowercase != "unicode")
             throw FieldError("lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'", "lowercase");
-        tok.m_options.unicodeLowercase = lowercase == "unicode";
+        tok.m_options.unicodeLowercase = lowercase == "unicode" && tok.m_options.mode == TokenizerMode::Keras;
         if (!j.contains("tokens") || !j["tokens"].is_array())
             throw FieldError("'tokens' must be a list of words", j.contains("tokens") ? "tokens" : "");
         for (size_t i = 0; i < j["tokens"].size(); ++i) {

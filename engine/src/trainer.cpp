@@ -610,7 +610,9 @@ TrainResult resume(
         validate(changed);
         // 0 is whatever the process has (torch's default, or what the last run set).
         const auto used = [](int threads) { return threads > 0 ? threads : torch::get_num_threads(); };
-        if (s.cfg.device == "cpu" && changed.device == "cpu" && used(changed.threads) != used(s.cfg.threads))
+        // (An imported model's run has no step to differ from.)
+        if (s.state.step > 0 && s.cfg.device == "cpu" && changed.device == "cpu"
+            && used(changed.threads) != used(s.cfg.threads))
             log(cb,
                 "threads " + std::to_string(used(s.cfg.threads)) + " -> " + std::to_string(used(changed.threads))
                     + ": sums are rounded in another order, so the losses may differ in the last digits from an "

@@ -201,6 +201,8 @@ struct HandoffDiagnosis {
         int unended = 0; // replies that never gave the end word and ran to the length limit
     };
     int prompts = 0;
+    int distinctInputs = 0; // different token lists the prompts reach the encoder as
+    int unknownOnly = 0; // prompts of which the tokenizer keeps no word the model knows
     std::vector<Mode> modes; // correct, zero-init, reset-each-step
     std::string verdict;
 };

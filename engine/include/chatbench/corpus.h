@@ -85,6 +85,15 @@ Corpus loadCorpus(const std::string& path, const LoadOptions& options = {});
 void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path);
 // The same file's text.
 std::string pairsTsv(const std::vector<Pair>& pairs);
+// The pairs as JSON Lines, {"prompt": …, "response": …} on each line: every text exactly as it is.
+std::string pairsJsonl(const std::vector<Pair>& pairs);
+
+// The format an export to `path` is written in, from the name loadCorpus reads it by: JSON Lines
+// for .jsonl, .json and .ndjson, TSV for any other name. A .yml or .yaml name (which would be
+// read as chatterbot YAML) is an Error naming the file.
+CorpusFormat exportFormat(const std::string& path);
+// Writes the pairs in exportFormat(path), replacing the file atomically.
+void writePairs(const std::vector<Pair>& pairs, const std::string& path);
 
 // The format loadCorpus would use for `path` (Auto never comes back). Throws Error when the
 // path does not exist or nothing fits.

@@ -26,7 +26,8 @@ struct TokenizerOptions {
     // without oov_token does this; imported Keras models keep its behaviour).
     bool dropUnknown = false;
     // Keras mode: lowercase as Python's str.lower (every script), as Keras' Tokenizer does. false:
-    // ASCII letters only, as vocabularies saved before this was recorded were built.
+    // ASCII letters only, as vocabularies saved before this was recorded were built. The
+    // punctuation mode lowercases ASCII letters only, whatever this says (its vocabularies record "ascii").
     bool unicodeLowercase = true;
 };
 
