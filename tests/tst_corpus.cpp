@@ -127,6 +127,9 @@ void TestCorpus::goodInputs_data()
                       "{\"prompt\":\"\\ufeff hello\",\"response\":\"there\\ufeff\"}\n"
                       "{\"prompt\":\"\\ufeff\",\"response\":\"nothing\"}\n")
         << "jsonl" << QStringList { "line one\nline two|ok\nthen", "hello|there" };
+    QTest::newRow("jsonl-turn-of-a-bom") // as an empty turn: the conversation is split there
+        << "turns.jsonl" << QByteArray("{\"messages\":[\"hi\",\"\\ufeff\",\"how are you\",\"fine\"]}\n") << "jsonl"
+        << QStringList { "how are you|fine" };
     QTest::newRow("yaml-escaped-cr") << "cr.yml" << QByteArray("conversations:\n- - \"good\\rmorning\"\n  - hi\n")
                                      << "yaml" << QStringList { "good\nmorning|hi" };
     QTest::newRow("dialog") << "talk.txt" << QByteArray("hello\nhi\nhow are you\n\nbye\nsee you\n") << "dialog"

@@ -100,6 +100,7 @@ private Q_SLOTS:
     void resumeEqualsUninterruptedRun();
     void resumeKeepsTheLossScaleState();
     void aRunTrainedOnACsvFileResumes();
+    void aRunTrainedOnEscapedBreaksResumes();
     void validationAndEarlyStopping();
     void validationOnCoresMatchesOneCore_data();
     void validationOnCoresMatchesOneCore();
@@ -120,6 +121,7 @@ private Q_SLOTS:
     void saveAtTheSameStepKeepsTheNamedCheckpoint();
     void cancelStopsWithinASecond();
     void cancelledReplyStopsAtItsNextStep();
+    void folderMadeWithoutWritePermissionIsRemoved();
     void unknownAndEmptyInput();
 
 private:
@@ -358,6 +360,16 @@ void TestTraining::decodingMethods()
     const Reply rb = bot.reply("how are you", beam);
     QCOMPARE(rb.text, std::string("i am fine thanks"));
     QVERIFY(rb.trace.checks.handoffEqual && rb.trace.checks.stateCarried && rb.trace.checks.teacherForcedEqual);
+    // Cut by the length limit, a beam as wide as the vocabulary holds an <end> at the first step:
+    // that unlikely empty reply was chosen over the cut ones (found by an outside pass); the cut
+    // replies compete as greedy's cut reply is given.
+    DecodeOptions cut = beam;
+    cut.beamWidth = static_cast<int>(bot.tokenizer().size());
+    cut.maxLength = 1;
+    DecodeOptions greedyCut;
+    greedyCut.maxLength = 1;
+    QCOMPARE(bot.reply("how are you", cut).text, std::string("i"));
+    QCOMPARE(bot.reply("how are you", greedyCut).text, std::string("i"));
 
     DecodeOptions sample;
     sample.method = DecodeMethod::Sample;
@@ -432,6 +444,37 @@ void TestTraining::aRunTrainedOnACsvFileResumes()
     train(cfg, corpus, run);
     QCOMPARE(loadRunConfig(run).corpusFormat, CorpusFormat::Auto);
     QCOMPARE(resume(run, {}, 2).epochsDone, 2);
+}
+
+// Texts holding a CR or U+FEFF escape are read as line breaks (and dropped) since an outside pass
+// found that "one\r" made a vocabulary file refuse its own word. A run trained before, on the
+// texts as they were read then (usable in the punctuation mode, or with such words left out of
+// the vocabulary), still resumes on those pairs, and both ways of resuming say so.
+void TestTraining::aRunTrainedOnEscapedBreaksResumes()
+{
+    QTemporaryDir dir;
+    QByteArray lines;
+    for (const auto& [p, r] : kDialog)
+        lines += QByteArray::fromStdString(
+            "{\"prompt\": \"" + p + "\\r\\nplease\", \"response\": \"\\ufeff" + r + "\"}\n");
+    const std::string jsonl = testutil::writeFile(dir, "crlf.jsonl", lines);
+    LoadOptions asBefore;
+    asBefore.keepEscapedBreaks = true;
+    const Corpus before = loadCorpus(jsonl, asBefore);
+    QVERIFY(before.pairs.front().prompt.find('\r') != std::string::npos);
+    QVERIFY(loadCorpus(jsonl).pairs.front().prompt.find('\r') == std::string::npos);
+    TrainConfig cfg = smallConfig();
+    cfg.tokenizer.mode = TokenizerMode::Punctuation;
+    cfg.corpus = jsonl;
+    cfg.epochs = 1;
+    const std::string run = dir.filePath("run").toStdString();
+    train(cfg, before, run);
+    std::string said;
+    TrainCallbacks cb;
+    cb.onLog = [&](const std::string& line) { said += line + "\n"; };
+    QCOMPARE(resume(run, cb, 2).epochsDone, 2);
+    QVERIFY2(said.find("the run goes on with its texts as it was trained on them") != std::string::npos, said.c_str());
+    QCOMPARE(resume(run, loadCorpus(jsonl), cb, 3).epochsDone, 3);
 }
 
 void TestTraining::resumeKeepsTheLossScaleState()
@@ -1438,6 +1481,32 @@ void TestTraining::unlistableRunFolderIsNeverOverwritten()
     QCOMPARE(::chmod(run.c_str(), 0700), 0);
     QCOMPARE(contents(), without);
     QVERIFY(Chatbot::load(run).step() > 0); // recovered from its checkpoints once listable
+}
+
+// Found by an outside pass (as a user, umask 222): the run folder was made without write
+// permission, its lock file could not be made, and the folder stayed, refusing every later start
+// into that name with the same bare "Permission denied". The folder made goes again, and the
+// error says why.
+void TestTraining::folderMadeWithoutWritePermissionIsRemoved()
+{
+    QTemporaryDir dir;
+    const std::string run = dir.filePath("readonly-run").toStdString();
+    TrainConfig cfg = smallConfig();
+    cfg.epochs = 1;
+    {
+        testutil::DacBypassOff asUser;
+        const mode_t before = ::umask(0222);
+        try {
+            train(cfg, smallCorpus(), run);
+            QFAIL("a run started in a folder it could not write");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("(the folder's mode is 0555, without write permission for this user"),
+                e.what());
+        }
+        ::umask(before);
+    }
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(run)));
+    QCOMPARE(train(cfg, smallCorpus(), run).status, TrainStatus::Finished);
 }
 
 void TestTraining::unknownAndEmptyInput()

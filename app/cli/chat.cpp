@@ -161,7 +161,10 @@ void printReply(const Reply& r, const ChatArgs& a)
     if (!r.text.empty())
         std::cout << chatbench::printable(r.text) << std::endl;
     else
-        std::cout << (r.ids.empty() ? "(empty reply: the model's first choice was <end>)" : "(empty reply)")
+        std::cout << (!r.ids.empty()   ? "(empty reply)"
+                : a.method == "beam"   ? "(empty reply: <end> at the first step scored best)"
+                : a.method == "sample" ? "(empty reply: <end> was drawn first)"
+                                       : "(empty reply: the model's first choice was <end>)")
                   << std::endl;
     if (!r.trace.unknownWords.empty()) {
         std::cout << "  (unknown words: ";
@@ -266,14 +269,17 @@ int run(const ChatArgs& a)
         return 0;
     }
     const bool tty = ::isatty(STDIN_FILENO);
+    // Typed at a terminal with the replies going to a file (`chat --json > out.jsonl`): the banner
+    // and prompts go to the terminal, not into the replies (found by an outside pass).
+    std::ostream& prompts = ::isatty(STDOUT_FILENO) ? std::cout : std::cerr;
     if (tty)
-        std::cout << "chatting with " << chatbench::printable(a.run) << " (step " << bot.step() << ", " << bot.device()
-                  << "); empty line or Ctrl-D to quit" << std::endl;
+        prompts << "chatting with " << chatbench::printable(a.run) << " (step " << bot.step() << ", " << bot.device()
+                << "); empty line or Ctrl-D to quit" << std::endl;
     std::string line;
     bool failed = false; // a question that got an error instead of a reply: exit status 1
     for (int64_t lineNo = 1;; ++lineNo) {
         if (tty)
-            std::cout << "you> " << std::flush;
+            prompts << "you> " << std::flush;
         int readError = 0;
         const LineRead got = readLine(std::cin, line, kMaxMessageBytes, readError);
         if (got == LineRead::End)
@@ -295,14 +301,14 @@ int run(const ChatArgs& a)
         if (line.find_first_not_of(" \t\f\v") == std::string::npos) // blank: what --once refuses as empty
             continue;
         if (tty)
-            std::cout << "bot> ";
+            prompts << "bot> " << std::flush;
         try {
             answer(line);
         } catch (const Error& e) {
             // One question the options cannot explain (a --force step past its reply) ends
             // neither the session nor the questions after it.
             if (tty)
-                std::cout << std::endl; // after the "bot> " prompt
+                prompts << std::endl; // after the "bot> " prompt
             std::cerr << "error: " << e.what() << std::endl;
             failed = true;
         }

@@ -99,7 +99,7 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
             = writerOf(std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
         if (pid > 0 && !alive(pid)) {
             std::error_code e2;
-            fs::remove(it->path(), e2);
+            fs::remove_all(it->path(), e2); // a folder too (a killed doctor's or race's); a link, not what it names
         }
     }
 }

@@ -11,9 +11,10 @@ void writeFileAtomic(const std::string& path, const std::string& contents);
 // For writers that need a path (torch::save): `write` fills the temporary path given to it.
 void writeFileAtomic(const std::string& path, const std::function<void(const std::string& tmpPath)>& write);
 
-// Removes the files in `folder` named `prefix`<pid>-<n>`suffix` (digits for pid and n, nothing
-// else) whose process is gone: what writers that were killed left (writeFileAtomic's temporary
-// files, the Keras reader's copies of weights). A live process' file stays.
+// Removes the files and folders in `folder` named `prefix`<pid>-<n>`suffix` (digits for pid and
+// n, nothing else) whose process is gone: what writers that were killed left (writeFileAtomic's
+// temporary files, the Keras reader's copies of weights, the doctor's and bench races' scratch
+// runs). A live process' file stays.
 void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix = "");
 // For a temporary file's name (".<name>.tmp-<pid>-<n>", writeFileAtomic's): whether another
 // process that is alive writes it. False for a dead writer's file, for this process' own (a dead

@@ -608,8 +608,11 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
                 }
             }
             if (dev.is_cpu()) {
+                // 0 is the default count: `--threads 0,2` where that is 2 measures it once.
+                std::set<int> counts;
                 for (int t : cfg.threads)
-                    combos.push_back({ dev, prec, t });
+                    if (counts.insert(t > 0 ? t : torch::get_num_threads()).second)
+                        combos.push_back({ dev, prec, t });
             } else {
                 combos.push_back({ dev, prec, 0 });
             }
@@ -627,8 +630,9 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
     // `--threads 1` raced at the default count).
     std::vector<Combo> raceRuns;
     if (cfg.raceEpochs > 0) {
-        // Said before minutes of timing, not as a note at the end that the race was skipped.
-        (void)temporaryFolder(kRaceFolder);
+        // Said before minutes of timing, not as a note at the end that the race was skipped; the
+        // runs of races whose bench was killed are removed.
+        removeDeadProcessesFiles(temporaryFolder(kRaceFolder), "chatbench-race-");
         std::set<std::tuple<std::string, BenchPrecision, int>> seen;
         for (const auto& c : combos)
             if (seen.insert({ c.dev.str(), c.precision, c.threads }).second)

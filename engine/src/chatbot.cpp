@@ -280,6 +280,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
         double logp = 0;
         torch::Tensor h, c; // the state its last token is fed from
         int node = 0; // its last token's node
+        bool ended = false; // its last token is <end>
     };
     const int64_t V = tok.size();
     const int width = std::max(1, opt.beamWidth);
@@ -353,6 +354,7 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
                 continue;
             Hyp h { beams[c.beam].tokens, c.logp, outs[c.beam].h, outs[c.beam].c, static_cast<int>(tree.size() - 1) };
             if (c.token == Tokenizer::kEnd) {
+                h.ended = true;
                 done.push_back(std::move(h));
             } else {
                 h.tokens.push_back(c.token);
@@ -363,10 +365,15 @@ std::vector<int64_t> beamSearch(Seq2SeqImpl& m, const Tokenizer& tok, const Enco
         if (static_cast<int>(done.size()) >= width)
             break;
     }
-    if (done.empty())
-        done = beams;
-    // Length-normalised: mean log-probability per emitted token (the <end> counts).
-    auto norm = [](const Hyp& h) { return h.logp / static_cast<double>(h.tokens.size() + 1); };
+    // Cut by the length limit before `width` replies ended: the cut replies compete with the ended
+    // ones, as greedy's cut reply is given (found by an outside pass: an <end> at log p -13 was
+    // chosen over a cut reply at -0.002, because only ended replies were compared).
+    if (static_cast<int>(done.size()) < width)
+        done.insert(done.end(), beams.begin(), beams.end());
+    // Length-normalised: mean log-probability per emitted token (an <end> counts).
+    auto norm = [](const Hyp& h) {
+        return h.logp / static_cast<double>(std::max<size_t>(1, h.tokens.size() + (h.ended ? 1 : 0)));
+    };
     const Hyp& best
         = *std::max_element(done.begin(), done.end(), [&](const Hyp& a, const Hyp& b) { return norm(a) < norm(b); });
     for (int n = best.node; n >= 0; n = tree[static_cast<size_t>(n)].parent)

@@ -124,7 +124,7 @@ struct Loader {
         // (the file loaders turn them into line breaks, or drop them): the Keras tokenizer does not
         // split at CR, so "one\r" would be a word of its own, and the vocabulary file refuses it.
         for (std::string* t : { &p.prompt, &p.response })
-            if (std::string n = text::normaliseBreaks(*t); n != *t) {
+            if (std::string n = text::normaliseBreaks(*t); n != *t && !opt.keepEscapedBreaks) {
                 *t = text::trim(n);
                 if (t->empty())
                     throw Error(p.file, p.line, "empty prompt or response");
@@ -201,6 +201,10 @@ struct Loader {
         bool split = false;
         std::vector<std::pair<std::string, long>> run;
         for (auto& t : turns) {
+            // A turn left empty by add's reading of escapes (only a U+FEFF) splits it as an empty one.
+            if (!opt.keepEscapedBreaks)
+                if (std::string n = text::normaliseBreaks(t.first); n != t.first)
+                    t.first = text::trim(n);
             if (!t.first.empty()) {
                 run.push_back(std::move(t));
                 continue;

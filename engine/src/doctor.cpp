@@ -18,6 +18,8 @@
 #include <functional>
 #include <iomanip>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -28,15 +30,21 @@ namespace {
 // A fresh temporary folder, removed with everything in it when the scope ends.
 class ScratchDir {
 public:
+    // chatbench-doctor-<pid>-<n>: a doctor stopped by a signal leaves it, and the next removes it.
     ScratchDir()
     {
-        std::string tmpl
-            = (fs::path(temporaryFolder("the doctor trains a tiny model there")) / "chatbench-doctor-XXXXXX").string();
-        if (!::mkdtemp(tmpl.data()))
-            throw Error(tmpl, 0,
-                "cannot create a temporary folder for the doctor's tiny model (" + std::string(std::strerror(errno))
-                    + "): set TMPDIR to a writable folder");
-        m_path = tmpl;
+        const std::string folder = temporaryFolder("the doctor trains a tiny model there");
+        removeDeadProcessesFiles(folder, "chatbench-doctor-");
+        for (int n = 0;; ++n) {
+            m_path = (fs::path(folder) / ("chatbench-doctor-" + std::to_string(::getpid()) + "-" + std::to_string(n)))
+                         .string();
+            if (::mkdir(m_path.c_str(), 0700) == 0)
+                return;
+            if (errno != EEXIST || n >= 1000)
+                throw Error(m_path, 0,
+                    "cannot create a temporary folder for the doctor's tiny model (" + std::string(std::strerror(errno))
+                        + "): set TMPDIR to a writable folder");
+        }
     }
     ~ScratchDir()
     {

@@ -220,13 +220,13 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
 
     // The run folder; removed again if anything below fails.
     std::error_code ec;
-    const bool created = !fs::exists(runDir, ec);
     if (fs::is_directory(runDir, ec)) {
         requireRunNotInUse(runDir);
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
     }
-    createRunFolder(runDir);
-    const RunLock lock(runDir); // before the guard: a folder another writer holds is never cleaned
+    bool created = false;
+    const RunLock lock
+        = lockNewRunFolder(runDir, created); // before the guard: a folder another writer holds is never cleaned
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: choose another folder");
     requireNewRunFolder(runDir);

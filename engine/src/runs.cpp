@@ -472,10 +472,20 @@ RunLock::RunLock(const std::string& runDir)
     case OwnFile::HardLink:
         throw Error(path, 0, "has other names (a hard link); a run's lock file is a plain file of its own: remove it");
     case OwnFile::NotPlain: throw Error(path, 0, "is not a regular file: remove it");
-    case OwnFile::Failed:
-        throw Error(runDir, 0,
-            std::string("cannot open the run's lock file: ") + std::strerror(errno)
-                + (errno == EISDIR ? " (.lock is a folder: remove it)" : ""));
+    case OwnFile::Failed: {
+        const int error = errno;
+        std::string why = error == EISDIR ? " (.lock is a folder: remove it)" : "";
+        struct stat st { };
+        if (error == EACCES && ::faccessat(AT_FDCWD, runDir.c_str(), W_OK, AT_EACCESS) != 0
+            && ::stat(runDir.c_str(), &st) == 0) {
+            char mode[8];
+            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+            why = std::string(" (the folder's mode is ") + mode
+                + ", without write permission for this user: give it write permission, or choose another folder; a "
+                  "umask such as 222 makes new folders so)";
+        }
+        throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(error) + why);
+    }
     }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
         const Error busy = inUse(runDir, m_fd);
@@ -527,6 +537,20 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
                 + " but config.json says tokenizer.drop_unknown = " + (cfg.tokenizer.dropUnknown ? "true" : "false")
                 + ": unknown words would be " + (tok.options().dropUnknown ? "left out" : "kept as <unk>")
                 + " unlike in training; put back the value the run was trained with");
+}
+
+RunLock lockNewRunFolder(const std::string& runDir, bool& created)
+{
+    std::error_code ec;
+    created = !fs::exists(runDir, ec);
+    createRunFolder(runDir);
+    try {
+        return RunLock(runDir);
+    } catch (...) {
+        if (created)
+            fs::remove(runDir, ec); // empty: nothing was written in it
+        throw;
+    }
 }
 
 void createRunFolder(const std::string& runDir)

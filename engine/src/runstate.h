@@ -125,4 +125,9 @@ private:
     int m_dirFd = -1; // the folder itself (O_PATH), followed wherever it is renamed to
 };
 
+// The folder of a new run: created where it is not there (createRunFolder) and locked. A folder
+// this made and could not lock (made without write permission, by a umask such as 222) is
+// removed again; `created` says whether it made it.
+RunLock lockNewRunFolder(const std::string& runDir, bool& created);
+
 } // namespace chatbench

@@ -478,9 +478,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
-    const bool created = !fs::exists(runDir, ec);
-    createRunFolder(runDir);
-    const RunLock lock(runDir); // one writer; a second train on this folder stops here
+    bool created = false;
+    const RunLock lock = lockNewRunFolder(runDir, created); // one writer; a second train on this folder stops here
     if (isRun(runDir))
         throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     // config.json without state.json is a start killed before its first checkpoint: start afresh.
@@ -521,6 +520,28 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     }
     return loop(s, cb);
 }
+
+namespace {
+
+// `corpus` read again from its file with the CR and U+FEFF escapes in its texts kept, as earlier
+// versions read them; empty when that reads the same pairs, or cannot be read.
+Corpus readAsTrained(const Corpus& corpus, const TrainConfig& cfg)
+{
+    if (corpus.path.empty())
+        return {};
+    try {
+        LoadOptions opt = corpusLoadOptions(cfg);
+        opt.csvAsDialog = true;
+        opt.keepEscapedBreaks = true;
+        Corpus c = loadCorpus(corpus.path, opt);
+        if (corpusFingerprint(c.pairs) != corpusFingerprint(corpus.pairs))
+            return c;
+    } catch (const Error&) {
+    }
+    return {};
+}
+
+} // namespace
 
 TrainResult resume(
     const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, const ResumeChanges& changes)
@@ -568,6 +589,7 @@ TrainResult resume(
     checkRunVocabulary(s.tok, s.state);
     s.state.vocabFingerprint = vocabularyFingerprint(s.tok); // runs older than it record it from now
     const std::string recipe = recipeJson(s.cfg);
+    Corpus asTrained; // the corpus as an earlier version read it, where that is what the run trained on
     if (s.cfg.corpus.empty() && s.state.step == 0 && s.state.corpusFingerprint == 0) {
         // A run that has not trained on anything yet (an imported model): this corpus becomes its
         // own, and training from here is fine-tuning.
@@ -583,6 +605,14 @@ TrainResult resume(
     } else if (const uint64_t actual = corpusFingerprint(corpus.pairs);
                sameCorpusFingerprint(s.state.corpusFingerprint, actual)) {
         s.state.corpusFingerprint = actual; // exact again where a JSON tool had rounded it
+    } else if (asTrained = readAsTrained(corpus, s.cfg); !asTrained.pairs.empty()
+               && sameCorpusFingerprint(s.state.corpusFingerprint, corpusFingerprint(asTrained.pairs))) {
+        // Trained on texts holding a CR or U+FEFF escape before they were read as line breaks:
+        // it goes on with the pairs as it read them then.
+        s.state.corpusFingerprint = corpusFingerprint(asTrained.pairs);
+        log(cb,
+            "the corpus holds a CR or U+FEFF escape inside a text, which this version reads as a line break (or "
+            "drops); the run goes on with its texts as it was trained on them");
     } else {
         throw Error(runDir, 0,
             "the corpus differs from the one this run started with (" + s.cfg.corpus
@@ -629,7 +659,7 @@ TrainResult resume(
     if (s.state.finished && s.state.epoch < s.cfg.epochs && !stoppedEarly(s))
         s.state.finished = false;
     const int64_t vocab = s.cfg.model.vocabSize;
-    prepare(s, corpus, cb);
+    prepare(s, asTrained.pairs.empty() ? corpus : asTrained, cb);
     if (s.cfg.model.vocabSize != vocab)
         throw Error(vocabPath(runDir), 0, "vocabulary size does not match config.json");
     // The newest checkpoint, or (corrupt or missing) the newest older one that loads, with its state.

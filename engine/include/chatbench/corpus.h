@@ -41,6 +41,10 @@ struct LoadOptions {
     // With format Auto, a .csv that is not tab-separated is read as dialog text, as it was before
     // CSV files were refused: runs trained on one resume on the same pairs.
     bool csvAsDialog = false;
+    // A CR or U+FEFF that a JSON or YAML escape put inside a text is kept there, as versions
+    // before they were read as line breaks (and dropped) kept it: a run trained then resumes on
+    // the pairs it was trained on.
+    bool keepEscapedBreaks = false;
 };
 
 // Something skipped while loading: a record, a conversation or a whole file.
