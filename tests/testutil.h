@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <linux/capability.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,6 +46,22 @@ private:
     __user_cap_header_struct m_header { _LINUX_CAPABILITY_VERSION_3, 0 };
     __user_cap_data_struct m_saved[2] {};
     bool m_changed = false;
+};
+
+// While it lives, files and folders this process makes get the modes `mask` leaves (as for a
+// user with that umask); the umask before is restored at the end, a failed check or not.
+class Umask {
+public:
+    explicit Umask(mode_t mask)
+        : m_before(::umask(mask))
+    {
+    }
+    ~Umask() { ::umask(m_before); }
+    Umask(const Umask&) = delete;
+    Umask& operator=(const Umask&) = delete;
+
+private:
+    mode_t m_before;
 };
 
 // Twelve question/answer pairs a small model learns by heart in a few seconds: the training and

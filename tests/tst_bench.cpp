@@ -171,6 +171,7 @@ void TestBench::settingsRestoredWhenCancelledOrThrown()
     const BenchReport r = runBench(cfg, corpus, cb);
     QCOMPARE(r.rows.size(), size_t(1));
     QVERIFY(!r.notes.empty() && r.notes.back().find("cancelled") == 0);
+    QVERIFY(r.cancelled);
     QVERIFY(settingsAreBack());
 
     // A failure in the middle (here: the row callback throws) costs that combination only and
@@ -182,7 +183,7 @@ void TestBench::settingsRestoredWhenCancelledOrThrown()
         throw Error("stop here");
     };
     const BenchReport failed = runBench(cfg, corpus, throwing);
-    QVERIFY(!failed.notes.empty());
+    QVERIFY(!failed.notes.empty() && !failed.cancelled);
     QVERIFY2(failed.notes.back().find("skipped after an error: stop here") != std::string::npos,
         failed.notes.back().c_str());
     QVERIFY(settingsAreBack());

@@ -78,6 +78,7 @@ private Q_SLOTS:
     void fileSizeLimitIsAnErrorNotASignal();
     void smallStackLimitIsNoLimit();
     void namesThatActOnTheTerminalAreEscaped();
+    void progressLinesOnlyWhereTheTerminalRedraws();
     void defaultCorpusSaysWhereItCameFrom();
     void threadsTheSystemRefusesAreSaid();
     void stopAndResume();
@@ -415,6 +416,27 @@ void TestCli::brokenPipeStopsTrainingWithACheckpoint()
         qPrintable(piped.out + piped.err));
 }
 
+// The live progress line redraws itself with "\r" and ESC[K on a terminal; where TERM says the
+// terminal cannot (dumb: an editor's shell, a CI log recorded through a terminal), the escapes
+// would be shown as text, so only the epoch lines are written. `script` gives the CLI a terminal.
+// A folder a new run cannot take is refused before the start is announced.
+void TestCli::progressLinesOnlyWhereTheTerminalRedraws()
+{
+    for (const char* term : { "xterm", "dumb", "" }) {
+        const QString run = m_dir.filePath(QString("tty-") + (*term ? term : "unset"));
+        const Run r = shell(QString("TERM='%1' script -qec \"'$0' train --preset quick --epochs 2 --corpus '$1' --run "
+                                    "'$2'\" /dev/null")
+                                .arg(term),
+            { m_corpus, run });
+        QVERIFY2(r.code == 0 && r.out.contains("epoch   2  train loss"), qPrintable(r.out + r.err));
+        QVERIFY2(r.out.contains("\033[K") == (std::string_view(term) == "xterm"), qPrintable(term + (": " + r.out)));
+    }
+    const Run taken = cli({ "train", "--preset", "quick", "--corpus", m_corpus, "--run", m_dir.filePath("tty-xterm") });
+    QVERIFY2(taken.code == 1 && taken.out.isEmpty()
+            && taken.err.contains("this folder already holds a run: resume it or choose another folder"),
+        qPrintable(taken.out + taken.err));
+}
+
 // Found by an outside pass: a corpus file and run folders named with an escape sequence and a
 // right-to-left override reached the terminal as they were in `corpus stats`' header, import-keras'
 // "diagnosis prompts … from" and "imported into" lines and its "chat with it" hint (whose $'…'
@@ -537,7 +559,7 @@ void TestCli::badArguments()
     QVERIFY(cli({ "train", "--preset", "huge" }).code != 0);
     QVERIFY(cli({ "chat", "--method", "psychic" }).code != 0);
     // An empty --once (an unset shell variable) is refused, not answered as if it were a word.
-    for (const QString empty : { "", " \t " }) {
+    for (const QString& empty : { QString(), QString(" \t "), QString(QChar(0xFEFF)) }) {
         const Run r = cli({ "chat", "--run", m_dir.filePath("no-run"), "--once", empty });
         QVERIFY(r.code != 0);
         QVERIFY2(r.err.contains("--once: the message is empty") && r.out.isEmpty(), qPrintable(r.err));
@@ -863,6 +885,10 @@ void TestCli::chatLineEndingsAndControlBytes()
     QCOMPARE(lines[0], QString("a few epochs old"));
     QVERIFY2(!r.out.contains(QChar(0x1B)) && r.out.contains("\\x1B"), qPrintable(r.out));
     QVERIFY(!r.out.contains('\r'));
+    // A Notepad file whose first line is empty (a byte-order mark, then CRLF) asks one question,
+    // not a question of no words first.
+    const Run bom = cli({ "chat", "--run", m_run }, QByteArray("\xEF\xBB\xBF\r\nhow old are you\r\n"));
+    QVERIFY2(bom.code == 0 && bom.out == "a few epochs old\n" && bom.err.isEmpty(), qPrintable(bom.out + bom.err));
     // A run folder named with an escape and a newline (found by an outside pass: "run folder:"
     // printed it raw): shown escaped.
     const QString odd = m_dir.filePath("odd\x1B[31m\nname");

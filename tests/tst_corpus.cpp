@@ -375,7 +375,7 @@ void TestCorpus::exportedPairsReadBackTheSame()
     const Corpus original = loadCorpus(yaml);
     QCOMPARE(original.skippedRecords(), int64_t(1));
     const std::string tsv = dir.filePath("pairs.tsv").toStdString();
-    writePairsTsv(original.pairs, tsv);
+    writePairs(original.pairs, tsv);
     const Corpus back = loadCorpus(tsv, {});
     QCOMPARE(back.format, CorpusFormat::Tsv);
     QCOMPARE(back.warnings.size(), size_t(0));
@@ -415,7 +415,7 @@ void TestCorpus::exportedPairsReadBackTheSame()
     // An unwritable destination is an error naming it.
     const std::string nowhere = dir.filePath("missing/pairs.tsv").toStdString();
     try {
-        writePairsTsv(original.pairs, nowhere);
+        writePairs(original.pairs, nowhere);
         QFAIL("no error");
     } catch (const Error& e) {
         QVERIFY2(std::string(e.what()).find(nowhere) != std::string::npos, e.what());

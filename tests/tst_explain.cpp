@@ -210,8 +210,8 @@ void TestExplain::whatIfErrors()
         QVERIFY(std::string(e.what()).find("notaword") != std::string::npos);
     }
     // The special words by name: padding and the start word are refused as such (not tokenised
-    // into the words "pad" and "start"); <unk> and <end> are words a reply can hold.
-    for (const char* special : { "<pad>", "<start>" }) {
+    // into the words "pad" and "start"), in any case; <unk> and <end> are words a reply can hold.
+    for (const char* special : { "<pad>", "<start>", "<START>", "<Pad>" }) {
         ex.force = { { 0, special } };
         try {
             explain(*m_bot, "hello", {}, ex, nullptr);
@@ -224,6 +224,8 @@ void TestExplain::whatIfErrors()
     const Explanation unk = explain(*m_bot, "hello", {}, ex, nullptr);
     QCOMPARE(unk.branches.size(), size_t(1));
     QCOMPARE(unk.branches[0].forcedId, Tokenizer::kUnk);
+    ex.force = { { 0, "<END>" } };
+    QCOMPARE(explain(*m_bot, "hello", {}, ex, nullptr).branches.at(0).forcedId, Tokenizer::kEnd);
 }
 
 void TestExplain::beamTreeMatchesTheFastPath()

@@ -225,6 +225,20 @@ void TestKeras::matchesKeras()
         QCOMPARE(bot.reply(prompt, fast).ids, greedy);
         QVERIFY(t.checks.handoffEqual && t.checks.stateCarried && t.checks.teacherForcedEqual);
     }
+    // The start and end words typed in a prompt ("how do i start", a corpus' own words): Keras'
+    // tokenizer gives them the ids of the start and end tokens, and so does the imported model's
+    // (they were unknown words, found by an outside pass: replies differed from Keras').
+    std::vector<int64_t> keras;
+    for (const char* w : { "start", "end" })
+        for (const auto& [k, word] : words)
+            if (word == w)
+                keras.push_back(k);
+    QCOMPARE(keras.size(), size_t(2));
+    const Reply typed = bot.reply("Start, the END!");
+    QCOMPARE(
+        typed.trace.inputIds, (std::vector<int64_t> { ours(keras[0]), bot.tokenizer().id("the"), ours(keras[1]) }));
+    QCOMPARE(ours(keras[0]), Tokenizer::kStart);
+    QVERIFY(typed.trace.unknownWords.empty());
     // The run folder is an ordinary run.
     QVERIFY(isRun(run));
     QVERIFY(QFile::exists(QString::fromStdString(run + "/keras-import.json")));
@@ -711,6 +725,49 @@ void TestKeras::unsupportedModelsAreNamed()
     auto& states = layerNamed(swapped, "decoder_lstm")["inbound_nodes"][0]["kwargs"]["initial_state"];
     std::swap(states[0], states[1]);
     expectError(swapped, "swapped", { "[state_c, state_h], the two swapped" });
+    // Which of the encoder's outputs went where (it said "comes from layer 'encoder_lstm'").
+    auto stateOf = [](json& cfg, int i) -> json& {
+        return layerNamed(
+            cfg, "decoder_lstm")["inbound_nodes"][0]["kwargs"]["initial_state"][i]["config"]["keras_history"];
+    };
+    json twiceH = config;
+    stateOf(twiceH, 1)[2] = 1;
+    expectError(twiceH, "twice-h", { "its initial_state is [state_h of 'encoder_lstm', state_h of 'encoder_lstm']" });
+    // The encoder's output in place of state_h: without return_sequences it is state_h, the recipe.
+    json outputAsH = config;
+    stateOf(outputAsH, 0)[2] = 0;
+    writeKeras(dir + "output-as-h.keras", kFixtures + "recipe.keras", outputAsH);
+    KerasImportOptions opt;
+    opt.tokenizer = kFixtures + "recipe_tokenizer.json";
+    opt.model = kFixtures + "recipe.keras";
+    importKeras(opt, dir + "as-recipe-run");
+    opt.model = dir + "output-as-h.keras";
+    importKeras(opt, dir + "output-as-h-run");
+    const Chatbot recipe = Chatbot::load(dir + "as-recipe-run"), outputAsHBot = Chatbot::load(dir + "output-as-h-run");
+    for (const char* prompt : { "will it rain today", "hello there" })
+        QCOMPARE(outputAsHBot.reply(prompt).ids, recipe.reply(prompt).ids);
+    // A Dropout layer between the encoder's embedding and LSTM: skipped, and noted once (it was
+    // noted as often as the walk passed it).
+    json dropout = config;
+    json drop = { { "module", "keras.layers" }, { "class_name", "Dropout" }, { "name", "enc_drop" },
+        { "config", { { "name", "enc_drop" }, { "rate", 0.5 } } },
+        { "inbound_nodes",
+            json::array(
+                { { { "args", json::array({ layerNamed(dropout, "encoder_lstm")["inbound_nodes"][0]["args"][0] }) },
+                    { "kwargs", json::object() } } }) } };
+    dropout["config"]["layers"].push_back(drop);
+    historyOf(dropout, "encoder_lstm") = json::array({ "enc_drop", 0, 0 });
+    writeKeras(dir + "dropout.keras", kFixtures + "recipe.keras", dropout);
+    opt.model = dir + "dropout.keras";
+    const KerasImport dropped = importKeras(opt, dir + "dropout-run");
+    QCOMPARE(std::count_if(dropped.notes.begin(), dropped.notes.end(),
+                 [](const std::string& n) { return n.find("'enc_drop' (Dropout) skipped") != std::string::npos; }),
+        1);
+    QCOMPARE(
+        Chatbot::load(dir + "dropout-run").reply("will it rain today").ids, recipe.reply("will it rain today").ids);
+    json sequenceAsH = outputAsH; // with return_sequences the output is every step's: refused
+    layerNamed(sequenceAsH, "encoder_lstm")["config"]["return_sequences"] = true;
+    expectError(sequenceAsH, "sequence-as-h", { "[the output of 'encoder_lstm', state_c of 'encoder_lstm']" });
     // Configs of models Keras itself built (TensorFlow 2.21; unsupported/*.config.json): the
     // error names the layer that makes each unsupported, not only a neighbour of it.
     const std::string made = kFixtures + "unsupported/";

@@ -119,7 +119,7 @@ int run(BenchArgs a)
     const Corpus corpus = loadCorpusArg(a.corpus, a.corpusFlags, defaulted);
     BenchCallbacks cb;
     cb.cancel = &cancelFlag();
-    const bool tty = ::isatty(STDERR_FILENO);
+    const bool tty = progressTerminal(STDERR_FILENO);
     cb.onProgress = [&](const std::string& what, int done, int total) {
         if (tty)
             std::cerr << "\r\033[K[" << done << "/" << total << "] " << what << std::flush;
@@ -148,7 +148,7 @@ int run(BenchArgs a)
     // Stopped by Ctrl-C or SIGTERM: what was measured is written, and the exit status says it was
     // cut short, as train's does (130). The table first: a report that cannot be written (a full
     // disk, a file-size limit) is an error, but what was measured is still shown.
-    const int status = cancelFlag().load() ? 130 : 0;
+    const int status = r.cancelled ? 130 : 0; // a Ctrl-C after the last unit cut nothing short
     if (a.json)
         std::cout << toJson(r);
     else

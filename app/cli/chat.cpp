@@ -42,6 +42,20 @@ struct ChatArgs {
     bool explaining() const { return explain || !force.empty() || compare.has_value(); }
 };
 
+// White space and U+FEFF only (a Notepad file's byte-order mark before an empty first line):
+// nothing for the model to read, as the corpus loaders call such a text empty.
+bool blankMessage(std::string_view text)
+{
+    for (size_t i = 0; i < text.size();)
+        if (std::string_view(" \t\r\n\f\v").find(text[i]) != std::string_view::npos)
+            ++i;
+        else if (text.substr(i, 3) == "\xEF\xBB\xBF")
+            i += 3;
+        else
+            return false;
+    return true;
+}
+
 // "--force 2:fine" → (2, "fine"); the step is counted from 0, as in the JSON trace.
 std::pair<int, std::string> parseForce(const std::string& spec)
 {
@@ -298,16 +312,17 @@ int run(const ChatArgs& a)
             line.pop_back();
         if (tty && line.empty())
             break;
-        if (line.find_first_not_of(" \t\f\v") == std::string::npos) // blank: what --once refuses as empty
+        if (blankMessage(line)) // what --once refuses as empty
             continue;
-        if (tty)
+        const bool sameStream = &prompts == &std::cout; // else the reply goes to a file, not after "bot> "
+        if (tty && sameStream)
             prompts << "bot> " << std::flush;
         try {
             answer(line);
         } catch (const Error& e) {
             // One question the options cannot explain (a --force step past its reply) ends
             // neither the session nor the questions after it.
-            if (tty)
+            if (tty && sameStream)
                 prompts << std::endl; // after the "bot> " prompt
             std::cerr << "error: " << e.what() << std::endl;
             failed = true;
@@ -327,10 +342,7 @@ void addChatCommand(CLI::App& app, int& exitCode)
     cmd->add_option("--run", a->run, "Run folder")->capture_default_str();
     // An empty text is most often an unset shell variable; interactively an empty line quits.
     const CLI::Validator hasText(
-        [](std::string& text) -> std::string {
-            return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos ? "the message is empty" : "";
-        },
-        "TEXT");
+        [](std::string& text) -> std::string { return blankMessage(text) ? "the message is empty" : ""; }, "TEXT");
     cmd->add_option("--once", a->once, "Reply to this text and exit")->check(hasText);
     cmd->add_flag("--json", a->json, "Print the reply with its whole state trace as JSON");
     cmd->add_flag("--checks", a->checks, "Print the handoff checks after each reply");

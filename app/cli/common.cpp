@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <string_view>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,12 @@ std::atomic<bool>& cancelFlag()
 {
     static std::atomic<bool> flag { false };
     return flag;
+}
+
+bool progressTerminal(int fd)
+{
+    const char* term = std::getenv("TERM");
+    return ::isatty(fd) && term && *term && std::string_view(term) != "dumb";
 }
 
 void installSignalHandlers()

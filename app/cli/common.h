@@ -22,6 +22,11 @@ void addDoctorCommand(CLI::App& app, int& exitCode);
 void addImportKerasCommand(CLI::App& app, int& exitCode);
 #endif
 
+// True when `fd` is a terminal that redraws a line ("\r" and ESC[K): a progress line is drawn
+// there only. Not on a file or a pipe, nor where TERM is unset or "dumb" (an editor's shell, a
+// CI log), where the escapes would show as characters.
+bool progressTerminal(int fd);
+
 // Set by the first Ctrl-C (or SIGTERM, SIGHUP) while a CancelWatch lives: long jobs stop after
 // their current batch. Without one, the signal ends the process at once.
 std::atomic<bool>& cancelFlag();

@@ -88,7 +88,8 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     auto* validateCmd = corpus->add_subcommand(
         "validate", "Load every record; report what is skipped as file:line (--strict: fail on the first)");
     auto* exportCmd = corpus->add_subcommand("export",
-        "Write the pairs as training reads them: TSV (prompt<TAB>response), or JSON Lines for an --out named .jsonl");
+        "Write the pairs as training reads them: TSV (prompt<TAB>response), or JSON Lines for an --out named "
+        ".jsonl, .json or .ndjson");
     for (auto* sub : { statsCmd, validateCmd, exportCmd }) {
         sub->add_option("path", args->path, "Corpus file or folder")->required();
         addCorpusFlags(sub, args->corpus);
@@ -100,8 +101,9 @@ void addCorpusCommand(CLI::App& app, int& exitCode)
     statsCmd->callback([args, &exitCode] { exitCode = stats(*args); });
     validateCmd->callback([args, &exitCode] { exitCode = validate(*args); });
     exportCmd
-        ->add_option(
-            "--out", args->out, "The file to write: NAME.jsonl for JSON Lines, else TSV ('-': TSV on standard output)")
+        ->add_option("--out", args->out,
+            "The file to write: NAME.jsonl, .json or .ndjson for JSON Lines (one object a line), else TSV ('-': TSV on "
+            "standard output)")
         ->required();
     exportCmd->callback([args, &exitCode] { exitCode = exportPairs(*args); });
 }

@@ -94,7 +94,7 @@ TrainConfig configFrom(const TrainArgs& a)
 
 int run(const TrainArgs& a)
 {
-    const bool tty = ::isatty(STDOUT_FILENO);
+    const bool tty = progressTerminal(STDOUT_FILENO);
     TrainCallbacks cb;
     cb.cancel = &cancelFlag();
     // Standard output gone (its reader ended: `train | head`): stop as a closed terminal does, with
@@ -155,6 +155,7 @@ int run(const TrainArgs& a)
             args.corpus = defaultCorpusPath();
         const TrainConfig cfg = configFrom(args);
         validate(cfg);
+        requireNewRunPlace(a.run); // said before the corpus is read and the start announced
         const Corpus corpus = loadCorpusArg(args.corpus, args.corpusFlags, a.corpus.empty());
         std::cout << "training preset '" << cfg.preset << "' on " << chatbench::printable(args.corpus) << " ("
                   << corpus.pairs.size() << (corpus.pairs.size() == 1 ? " pair) into " : " pairs) into ")

@@ -36,7 +36,7 @@ std::string tempNameFor(const std::string& path)
 {
     std::random_device rd;
     const fs::path p(path);
-    return (p.parent_path() / (tempPrefixFor(p) + std::to_string(::getpid()) + "-" + std::to_string(rd()))).string();
+    return (p.parent_path() / processScratchName(tempPrefixFor(p), rd())).string();
 }
 
 // The temporary files of writes in progress, for a signal handler to remove
@@ -88,7 +88,13 @@ bool alive(pid_t pid)
 
 } // namespace
 
-void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix)
+std::string processScratchName(const std::string& prefix, uint64_t n, const std::string& suffix)
+{
+    return prefix + std::to_string(::getpid()) + "-" + std::to_string(n) + suffix;
+}
+
+void removeDeadProcessesFiles(
+    const std::string& folder, const std::string& prefix, const std::string& suffix, DeadProcesses what)
 {
     std::error_code ec;
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
@@ -99,7 +105,10 @@ void removeDeadProcessesFiles(const std::string& folder, const std::string& pref
             = writerOf(std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
         if (pid > 0 && !alive(pid)) {
             std::error_code e2;
-            fs::remove_all(it->path(), e2); // a folder too (a killed doctor's or race's); a link, not what it names
+            if (what == DeadProcesses::ScratchFolders)
+                fs::remove_all(it->path(), e2); // a killed doctor's or race's run; a link, not what it names
+            else if (!it->is_directory(e2) || it->is_symlink(e2))
+                fs::remove(it->path(), e2); // a folder of that name in a user's output folder is not ours
         }
     }
 }

@@ -11,11 +11,18 @@ void writeFileAtomic(const std::string& path, const std::string& contents);
 // For writers that need a path (torch::save): `write` fills the temporary path given to it.
 void writeFileAtomic(const std::string& path, const std::function<void(const std::string& tmpPath)>& write);
 
-// Removes the files and folders in `folder` named `prefix`<pid>-<n>`suffix` (digits for pid and
-// n, nothing else) whose process is gone: what writers that were killed left (writeFileAtomic's
-// temporary files, the Keras reader's copies of weights, the doctor's and bench races' scratch
-// runs). A live process' file stays.
-void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix = "");
+// `prefix`<this process' id>-`n``suffix`: the name of a scratch file or folder that
+// removeDeadProcessesFiles removes once its process is gone.
+std::string processScratchName(const std::string& prefix, uint64_t n, const std::string& suffix = "");
+
+// What writers that were killed left: the files in `folder` named `prefix`<pid>-<n>`suffix`
+// (digits for pid and n, nothing else) whose process is gone (writeFileAtomic's temporary files,
+// the Keras reader's copies of weights), and with ScratchFolders such folders with what they
+// hold (the doctor's and bench races' scratch runs). A live process' file stays; so does a
+// folder where files are asked for.
+enum class DeadProcesses { Files, ScratchFolders };
+void removeDeadProcessesFiles(const std::string& folder, const std::string& prefix, const std::string& suffix = "",
+    DeadProcesses what = DeadProcesses::Files);
 // For a temporary file's name (".<name>.tmp-<pid>-<n>", writeFileAtomic's): whether another
 // process that is alive writes it. False for a dead writer's file, for this process' own (a dead
 // writer's pid may have been reused by this very process), and for names from before the process

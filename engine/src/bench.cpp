@@ -28,6 +28,13 @@ namespace {
 
 constexpr const char* kRaceFolder = "the race trains in a folder there (--race-epochs 0 leaves it out)";
 
+// "cpu fp32 2 thread(s)", "cuda:0 bf16" (threads 0): how progress and notes name a combination.
+std::string comboName(const std::string& device, BenchPrecision precision, int threads)
+{
+    return device + " " + benchPrecisionName(precision)
+        + (threads > 0 ? " " + std::to_string(threads) + " thread(s)" : "");
+}
+
 double steadySeconds()
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -463,8 +470,7 @@ struct Bench {
 
     void race(const Corpus& corpus, const std::string& device, BenchPrecision precision, int threads)
     {
-        progress("race " + device + " " + benchPrecisionName(precision)
-            + (threads > 0 ? " " + std::to_string(threads) + " thread(s)" : ""));
+        progress("race " + comboName(device, precision, threads));
         TrainConfig rc = train;
         rc.tf32 = precision == BenchPrecision::TF32;
         rc.epochs = cfg.raceEpochs;
@@ -476,7 +482,7 @@ struct Bench {
         curve.precision = precision;
         curve.threads = threads > 0 ? threads : torch::get_num_threads();
         const fs::path dir = fs::path(temporaryFolder(kRaceFolder))
-            / ("chatbench-race-" + std::to_string(::getpid()) + "-" + std::to_string(done));
+            / processScratchName("chatbench-race-", static_cast<uint64_t>(done));
         TrainCallbacks tcb;
         tcb.cancel = cb.cancel;
         tcb.onEpoch = [&](const EpochMetrics& m) {
@@ -611,8 +617,8 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
                 // 0 is the default count: `--threads 0,2` where that is 2 measures it once.
                 std::set<int> counts;
                 for (int t : cfg.threads)
-                    if (counts.insert(t > 0 ? t : torch::get_num_threads()).second)
-                        combos.push_back({ dev, prec, t });
+                    if (const int n = t > 0 ? t : torch::get_num_threads(); counts.insert(n).second)
+                        combos.push_back({ dev, prec, n });
             } else {
                 combos.push_back({ dev, prec, 0 });
             }
@@ -632,11 +638,8 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
     if (cfg.raceEpochs > 0) {
         // Said before minutes of timing, not as a note at the end that the race was skipped; the
         // runs of races whose bench was killed are removed.
-        removeDeadProcessesFiles(temporaryFolder(kRaceFolder), "chatbench-race-");
-        std::set<std::tuple<std::string, BenchPrecision, int>> seen;
-        for (const auto& c : combos)
-            if (seen.insert({ c.dev.str(), c.precision, c.threads }).second)
-                raceRuns.push_back(c);
+        removeDeadProcessesFiles(temporaryFolder(kRaceFolder), "chatbench-race-", "", DeadProcesses::ScratchFolders);
+        raceRuns = combos; // each once (withoutRepeats, and the thread counts above)
         bench.total += static_cast<int>(raceRuns.size());
     }
 
@@ -656,9 +659,8 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
             } catch (const std::exception& e) {
                 // One combination failing (out of memory, a kernel missing for this dtype) costs
                 // that combination only: its rows so far stay, the rest of the report is measured.
-                const std::string who = c.dev.str() + " " + benchPrecisionName(c.precision)
-                    + (c.dev.is_cpu() ? " " + std::to_string(threads) + " thread(s)" : "");
-                report.notes.push_back(who + ": skipped after an error: " + inWords(e.what()));
+                report.notes.push_back(comboName(c.dev.str(), c.precision, c.dev.is_cpu() ? threads : 0)
+                    + ": skipped after an error: " + inWords(e.what()));
                 bench.done = doneBefore + perCombo + (Bench::tracesFast(c.dev, c.precision, bench.train.model) ? 1 : 0);
                 releaseCachedMemory(c.dev);
             }
@@ -672,15 +674,16 @@ BenchReport runBench(const BenchConfig& given, const Corpus& corpus, const Bench
         try {
             bench.race(corpus, dev, c.precision, c.threads); // training sets its own maths mode (TrainConfig::tf32)
         } catch (const std::exception& e) {
-            report.notes.push_back("race " + dev + " " + benchPrecisionName(c.precision)
-                + (c.threads > 0 ? " " + std::to_string(c.threads) + " thread(s)" : "")
-                + ": skipped after an error: " + inWords(e.what()));
+            report.notes.push_back(
+                "race " + comboName(dev, c.precision, c.threads) + ": skipped after an error: " + inWords(e.what()));
             ++bench.done;
             releaseCachedMemory(c.dev);
         }
     }
-    if (bench.cancelled())
+    if (bench.cancelled()) {
+        report.cancelled = true;
         report.notes.push_back("cancelled before the end: the report holds what was measured");
+    }
     bench.progress("done");
     return report;
 }

@@ -742,8 +742,9 @@ HandoffDiagnosis diagnoseHandoff(const Chatbot& bot, const std::vector<std::stri
         v << "Give at least two prompts to compare replies.";
     } else if (d.distinctInputs < 2) {
         v << "The prompts cannot tell: the tokenizer reads all " << n << " of them as one input" << unknown
-          << ", so they get one reply whatever the decoding loop does. Diagnose with prompts in the words the model "
-             "was trained on (--corpus).";
+          << ", so they get one reply whatever the decoding loop does. "
+          << (d.unknownOnly > 0 ? "Diagnose with prompts in the words the model was trained on (--corpus)."
+                                : "Diagnose with prompts that differ in the words the model reads (--corpus).");
     } else if (ok.unended * 10 >= n * 9) {
         // A tokenizer of another model (ids shifted by one) or the wrong end word: the replies
         // differ, but none of them ends, so they say nothing of the handoff.

@@ -177,6 +177,7 @@ LoadOptions corpusLoadOptions(const TrainConfig& c)
     o.latin1 = c.latin1;
     o.pairing = c.pairing;
     o.strict = c.strictCorpus;
+    o.csvAsDialog = true; // a run trained on a .csv before CSV files were refused
     return o;
 }
 

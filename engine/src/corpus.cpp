@@ -32,17 +32,11 @@ constexpr const char* kRaiseCorpusLimit = "chatbench-cli --max-corpus-mb raises 
 
 namespace {
 
-std::string lower(std::string s)
-{
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-    return s;
-}
-
 const std::string kNotRegular = "not a regular file (a pipe, device or socket); only files and folders are read";
 
 bool isYamlName(const fs::path& p)
 {
-    const auto ext = lower(p.extension().string());
+    const auto ext = text::asciiLower(p.extension().string());
     return ext == ".yml" || ext == ".yaml";
 }
 
@@ -115,6 +109,19 @@ struct Loader {
     const LoadOptions& opt;
     int64_t spent = 0; // everything charged so far: never decreases, so it bounds time as well as memory
 
+    // A text's CR and U+FEFF escapes read as a file's own bytes are (text::normaliseBreaks), and
+    // the text trimmed again, unless LoadOptions::keepEscapedBreaks. True when it changed.
+    bool readEscapes(std::string& t) const
+    {
+        if (opt.keepEscapedBreaks)
+            return false;
+        std::string n = text::normaliseBreaks(t);
+        if (n == t)
+            return false;
+        t = text::trim(n);
+        return true;
+    }
+
     // Every pair goes through here: the total is capped, and control characters (a JSON
     // "\u001b" or "\u0000" escape; the files themselves hold no NUL) are refused, as a record
     // whose text would reach the vocabulary and a terminal.
@@ -124,11 +131,8 @@ struct Loader {
         // (the file loaders turn them into line breaks, or drop them): the Keras tokenizer does not
         // split at CR, so "one\r" would be a word of its own, and the vocabulary file refuses it.
         for (std::string* t : { &p.prompt, &p.response })
-            if (std::string n = text::normaliseBreaks(*t); n != *t && !opt.keepEscapedBreaks) {
-                *t = text::trim(n);
-                if (t->empty())
-                    throw Error(p.file, p.line, "empty prompt or response");
-            }
+            if (readEscapes(*t) && t->empty())
+                throw Error(p.file, p.line, "empty prompt or response");
         for (const std::string* t : { &p.prompt, &p.response })
             for (size_t i = 0; i < t->size(); ++i)
                 // C0 controls, DEL, and C1 controls (U+0080-U+009F: C2 80 to C2 9F in UTF-8).
@@ -201,10 +205,7 @@ struct Loader {
         bool split = false;
         std::vector<std::pair<std::string, long>> run;
         for (auto& t : turns) {
-            // A turn left empty by add's reading of escapes (only a U+FEFF) splits it as an empty one.
-            if (!opt.keepEscapedBreaks)
-                if (std::string n = text::normaliseBreaks(t.first); n != t.first)
-                    t.first = text::trim(n);
+            readEscapes(t.first); // a turn left empty by it (only a U+FEFF) splits it as an empty one
             if (!t.first.empty()) {
                 run.push_back(std::move(t));
                 continue;
@@ -435,7 +436,7 @@ void addJsonRecord(Loader& L, const nlohmann::json& j, const std::string& file, 
             if (m.is_object() && m.contains("role")) {
                 if (!m["role"].is_string())
                     throw Error(file, line, which + ": 'role' must be a string");
-                const std::string r = lower(m["role"].get<std::string>());
+                const std::string r = text::asciiLower(m["role"].get<std::string>());
                 if (r == "system" || r == "developer") // instructions, whatever their content's form
                     continue;
                 if (r == "user" || r == "human")
@@ -643,7 +644,7 @@ void loadCornell(Loader& L, const fs::path& dir)
 // The format a file's name says, if it says one.
 std::optional<CorpusFormat> formatFromName(const fs::path& p)
 {
-    const std::string ext = lower(p.extension().string());
+    const std::string ext = text::asciiLower(p.extension().string());
     if (ext == ".yml" || ext == ".yaml")
         return CorpusFormat::ChatterbotYaml;
     if (ext == ".jsonl" || ext == ".json" || ext == ".ndjson")
@@ -682,7 +683,7 @@ CorpusFormat sniffFile(const fs::path& p)
         return CorpusFormat::Tsv;
     // Read as dialog, a spreadsheet's pairs would chain header and rows into turns of one another
     // and cut quoted fields at their line breaks.
-    if (lower(p.extension().string()) == ".csv")
+    if (text::asciiLower(p.extension().string()) == ".csv")
         throw CsvRefused(p.string(), 0,
             "comma-separated values (CSV) are not a corpus format: save the pairs as TSV (a prompt, a tab and its "
             "response on each line; a spreadsheet's \"Tab-separated values\"), or choose the dialog format "
@@ -950,11 +951,6 @@ std::string pairsTsv(const std::vector<Pair>& pairs)
         out += (prompt.empty() || prompt.front() != '#' ? "" : " ") + prompt + '\t' + tsvColumn(p.response) + '\n';
     }
     return out;
-}
-
-void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path)
-{
-    writeOutputFile(path, pairsTsv(pairs));
 }
 
 std::string pairsJsonl(const std::vector<Pair>& pairs)

@@ -34,10 +34,9 @@ public:
     ScratchDir()
     {
         const std::string folder = temporaryFolder("the doctor trains a tiny model there");
-        removeDeadProcessesFiles(folder, "chatbench-doctor-");
+        removeDeadProcessesFiles(folder, "chatbench-doctor-", "", DeadProcesses::ScratchFolders);
         for (int n = 0;; ++n) {
-            m_path = (fs::path(folder) / ("chatbench-doctor-" + std::to_string(::getpid()) + "-" + std::to_string(n)))
-                         .string();
+            m_path = (fs::path(folder) / processScratchName("chatbench-doctor-", static_cast<uint64_t>(n))).string();
             if (::mkdir(m_path.c_str(), 0700) == 0)
                 return;
             if (errno != EEXIST || n >= 1000)

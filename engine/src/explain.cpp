@@ -2,6 +2,7 @@
 
 #include "chatbench/error.h"
 #include "chatbench/trainer.h"
+#include "text.h"
 #include "tracejson.h"
 
 #include <nlohmann/json.hpp>
@@ -114,16 +115,18 @@ std::vector<int64_t> forcedPrefix(const Reply& original, int step, int64_t token
 
 int64_t tokenToForce(const Tokenizer& tok, const std::string& word)
 {
-    // The special words by their names: <end> and <unk> are words a reply can hold; padding and
-    // the start word are not (without this, "<start>" would be tokenised into the word "start").
-    if (word == tok.word(Tokenizer::kEnd))
+    // The special words by their names, in any case: <end> and <unk> are words a reply can hold;
+    // padding and the start word are not (without this, "<START>" would be tokenised into the
+    // word "start").
+    const auto names = [&](int64_t id) { return text::asciiLower(word) == text::asciiLower(tok.word(id)); };
+    if (names(Tokenizer::kEnd))
         return Tokenizer::kEnd;
-    if (word == tok.word(Tokenizer::kUnk))
+    if (names(Tokenizer::kUnk))
         return Tokenizer::kUnk;
-    if (word == tok.word(Tokenizer::kPad) || word == tok.word(Tokenizer::kStart))
+    if (names(Tokenizer::kPad) || names(Tokenizer::kStart))
         throw Error("cannot force \"" + printable(word) + "\": a reply never holds "
-            + (word == tok.word(Tokenizer::kPad) ? "padding" : "the decoder's start word") + " ("
-            + tok.word(Tokenizer::kEnd) + " and " + tok.word(Tokenizer::kUnk) + " can be forced)");
+            + (names(Tokenizer::kPad) ? "padding" : "the decoder's start word") + " (" + tok.word(Tokenizer::kEnd)
+            + " and " + tok.word(Tokenizer::kUnk) + " can be forced)");
     const Encoded e = tok.encode(word);
     if (e.ids.size() != 1 || !e.unknown.empty() || e.ids[0] == Tokenizer::kUnk)
         throw Error("cannot force \"" + printable(word) + "\": it is not one word of the model's vocabulary");
@@ -150,11 +153,15 @@ std::vector<Pair> trainingPairs(const Chatbot& bot)
     const TrainConfig& cfg = bot.config();
     if (cfg.corpus.empty())
         throw Error("this model's config names no corpus (an imported model): there are no training prompts to search");
-    const Corpus corpus = loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
+    Corpus corpus = loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
     // Pairs the model never saw would be shown as what it learnt from.
-    if (bot.corpusFingerprint() != 0
-        && !sameCorpusFingerprint(bot.corpusFingerprint(), corpusFingerprint(corpus.pairs)))
-        throw Error(cfg.corpus, 0, "has changed since the model trained on it: its prompts are not the training ones");
+    if (const uint64_t trained = bot.corpusFingerprint();
+        trained != 0 && !sameCorpusFingerprint(trained, corpusFingerprint(corpus.pairs))) {
+        corpus = corpusReadAsEarlier(cfg.corpus, cfg, trained); // texts with a CR or U+FEFF escape, as read then
+        if (corpus.pairs.empty())
+            throw Error(
+                cfg.corpus, 0, "has changed since the model trained on it: its prompts are not the training ones");
+    }
     std::vector<Pair> out;
     for (Pair& p : splitPairs(corpus.pairs, cfg.validationFraction, cfg.seed).train)
         if (!bot.tokenizer().encode(p.prompt).ids.empty() && !bot.tokenizer().encode(p.response).ids.empty())

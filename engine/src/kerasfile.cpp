@@ -158,7 +158,7 @@ public:
     {
         static std::atomic<int> counter { 0 };
         m_path = (fs::path(temporaryFolder(kWeightsCopied))
-            / ("chatbench-keras-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".h5"))
+            / processScratchName("chatbench-keras-", static_cast<uint64_t>(counter++), ".h5"))
                      .string();
         // Written with the system's calls, whose errors say why ("Permission denied", "No space
         // left on device"); a copy cut short is removed before the error leaves.
@@ -464,7 +464,10 @@ public:
                 "a Sequential model has no encoder → decoder handoff; the seq2seq recipe is a functional Model "
                 "with two inputs");
         if (cls != "Functional" && cls != "Model")
-            throw Error(file, 0, "the model is a '" + cls + "', not a functional Keras Model");
+            throw Error(file, 0,
+                "the model is a '" + cls
+                    + "', not a functional Keras Model (a subclassed model saves no graph to read): build the recipe "
+                      "with keras.Model(inputs, outputs), load the weights into it, and save that");
         const json& cfg = root["config"];
         if (!cfg.contains("layers") || !cfg["layers"].is_array())
             throw Error(file, 0, "the model config lists no layers");
@@ -508,7 +511,11 @@ public:
         const Layer* cur = &layer(l.inputs.front().layer);
         int hops = 0;
         while (cur->type == "Dropout" || cur->type == "SpatialDropout1D") {
-            notes.push_back("layer '" + cur->name + "' (" + cur->type + ") skipped: it does nothing when answering");
+            // Once, however many times the walk passes it.
+            if (std::string note
+                = "layer '" + cur->name + "' (" + cur->type + ") skipped: it does nothing when answering";
+                std::find(notes.begin(), notes.end(), note) == notes.end())
+                notes.push_back(std::move(note));
             if (cur->inputs.empty() || ++hops > 16)
                 throw Error(m_file, 0, "layer '" + cur->name + "' has no input");
             cur = &layer(cur->inputs.front().layer);
@@ -703,15 +710,32 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
     std::vector<const Layer*> dec, enc;
     const Layer* cur = &g.mainInput(out, notes);
     requireSequence(file, out, *cur, g.mainTensor(out));
+    // An LSTM's outputs: [output, state_h, state_c]; without return_sequences its output is state_h.
+    const auto lstmOutput = [&](const Ref& r) -> std::string {
+        const Layer& src = g.layer(r.layer);
+        if (src.type != "LSTM" || r.tensor < 0 || r.tensor > 2)
+            return "layer '" + src.name + "' (" + src.type + ")";
+        return std::string(r.tensor == 0 ? "the output"
+                       : r.tensor == 1   ? "state_h"
+                                         : "state_c")
+            + " of '" + src.name + "'";
+    };
+    const auto isStateH = [&](const Ref& r) {
+        const Layer& src = g.layer(r.layer);
+        return r.tensor == 1 || (r.tensor == 0 && src.type == "LSTM" && !src.config.value("return_sequences", false));
+    };
     while (cur->type == "LSTM") {
         checkLstm(file, *cur);
-        if (cur->states.size() != 2 || cur->states[0].layer != cur->states[1].layer || cur->states[0].tensor != 1
+        if (cur->states.size() != 2 || cur->states[0].layer != cur->states[1].layer || !isStateH(cur->states[0])
             || cur->states[1].tensor != 2) {
             // Name where its state comes from, and a layer kind that explains it.
             std::string from;
             if (!cur->states.empty()) {
                 const Layer& src = g.layer(cur->states[0].layer);
-                from = " (its initial_state comes from layer '" + src.name + "' (" + src.type + "))";
+                from = " (its initial_state is [";
+                for (size_t i = 0; i < cur->states.size(); ++i)
+                    from += (i ? ", " : "") + lstmOutput(cur->states[i]);
+                from += "])";
                 if (cur->states.size() == 2 && cur->states[1].layer == src.name && cur->states[0].tensor == 2
                     && cur->states[1].tensor == 1)
                     from = " (its initial_state is encoder LSTM '" + src.name
@@ -830,11 +854,18 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
     const int64_t V = m.vocabulary, E = m.embed, H = m.hidden;
     if (V * std::max(E, H) > kMaxElements)
         throw Error(file, 0, "the model's sizes exceed what a chatbot can need (vocabulary × width > 2^30)");
-    if (!decEmb.config.value("mask_zero", false) || !m.encoderMask)
-        notes.push_back("mask_zero is off: Keras' recipe pads prompts and runs the encoder over the padding; "
-                        "chatbench encodes the real words only (as Keras does for an unpadded prompt)");
     m.sourceLength = declaredLength(g.mainInput(encEmb, notes));
     m.targetLength = declaredLength(g.mainInput(decEmb, notes));
+    // The decoder's masking does not change a reply (one real token a step); the encoder's does.
+    if (!m.encoderMask)
+        notes.push_back("the encoder's embedding '" + encEmb.name + "' has mask_zero off: "
+            + (m.sourceLength
+                    ? "its input has a fixed length of " + std::to_string(*m.sourceLength)
+                        + ", so in Keras a prompt is padded to " + std::to_string(*m.sourceLength)
+                        + " ids and the encoder runs over the padding; chatbench encodes the prompt's words only, "
+                          "and its replies can differ from that model's in Keras"
+                    : std::string("chatbench encodes the prompt's words only, as Keras does for an unpadded prompt; "
+                                  "a loop that pads prompts gets other replies")));
     notes.insert(notes.begin(),
         std::to_string(m.layers) + " LSTM layer(s) of " + std::to_string(H) + " units over a " + std::to_string(E)
             + "-wide embedding of " + std::to_string(V) + " ids" + (m.sharedEmbedding ? " (shared)" : "")

@@ -82,12 +82,9 @@ void checkKerasInputFiles(const KerasImportOptions& opt)
 
 KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir)
 {
-    if (runDir.empty())
-        throw Error("no run folder given (the path is empty)");
+    const std::string advice = "choose another folder";
+    requireNewRunPlace(runDir, advice); // before the model is read
     requireThreadsStart(torch::get_num_threads()); // before anything is written: the diagnosis needs them
-    requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
-    if (isRun(runDir))
-        throw Error(runDir, 0, "this folder already holds a run: choose another folder");
     const KerasSeq2Seq m = readKerasSeq2Seq(opt.model);
     const KerasTokenizer kt = readKerasTokenizer(opt.tokenizer);
     if (opt.startWord == opt.endWord)
@@ -147,6 +144,8 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     TokenizerOptions topt;
     topt.mode = TokenizerMode::Keras;
     topt.dropUnknown = oov < 0;
+    topt.startWord = opt.startWord; // typed in a prompt, Keras reads them as the start and end ids
+    topt.endWord = opt.endWord;
     const Tokenizer tok = [&] {
         try {
             return Tokenizer::fromWords(words, topt);
@@ -219,17 +218,11 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
     }
 
     // The run folder; removed again if anything below fails.
-    std::error_code ec;
-    if (fs::is_directory(runDir, ec)) {
-        requireRunNotInUse(runDir);
-        requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
-    }
+    requireNewRunPlace(runDir, advice); // again: reading the model and the diagnosis take a while
     bool created = false;
     const RunLock lock
         = lockNewRunFolder(runDir, created); // before the guard: a folder another writer holds is never cleaned
-    if (isRun(runDir))
-        throw Error(runDir, 0, "this folder already holds a run: choose another folder");
-    requireNewRunFolder(runDir);
+    requireNewRunFolder(runDir, advice);
     FolderGuard guard(runDir, created);
     writeFileAtomic(configPath(runDir), toJson(cfg));
     tok.save(vocabPath(runDir));

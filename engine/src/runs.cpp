@@ -438,6 +438,20 @@ Error inUse(const std::string& runDir, int lockFd)
             + " (a training, resume or import is writing this run); wait for it or stop it");
 }
 
+// " (FOLDER's mode is 0555, without write permission for this user: …)" when this user cannot
+// write in `dir`; empty when it can (another cause).
+std::string unwritableFolderNote(const std::string& dir, const std::string& what)
+{
+    struct stat st { };
+    if (::faccessat(AT_FDCWD, dir.c_str(), W_OK, AT_EACCESS) == 0 || ::stat(dir.c_str(), &st) != 0)
+        return {};
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return " (" + what + "'s mode is " + mode
+        + ", without write permission for this user: give it write permission, or choose another folder; a umask "
+          "such as 222 makes new folders so)";
+}
+
 } // namespace
 
 void requireRunNotInUse(const std::string& runDir)
@@ -475,15 +489,8 @@ RunLock::RunLock(const std::string& runDir)
     case OwnFile::Failed: {
         const int error = errno;
         std::string why = error == EISDIR ? " (.lock is a folder: remove it)" : "";
-        struct stat st { };
-        if (error == EACCES && ::faccessat(AT_FDCWD, runDir.c_str(), W_OK, AT_EACCESS) != 0
-            && ::stat(runDir.c_str(), &st) == 0) {
-            char mode[8];
-            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-            why = std::string(" (the folder's mode is ") + mode
-                + ", without write permission for this user: give it write permission, or choose another folder; a "
-                  "umask such as 222 makes new folders so)";
-        }
+        if (error == EACCES)
+            why = unwritableFolderNote(runDir, "the folder");
         throw Error(runDir, 0, std::string("cannot open the run's lock file: ") + std::strerror(error) + why);
     }
     }
@@ -547,8 +554,15 @@ RunLock lockNewRunFolder(const std::string& runDir, bool& created)
     try {
         return RunLock(runDir);
     } catch (...) {
+        // The folder made here holds at most the lock file made here (a folder that cannot be
+        // listed is refused after it was made): both go, unless another writer holds that lock.
         if (created)
-            fs::remove(runDir, ec); // empty: nothing was written in it
+            try {
+                requireRunNotInUse(runDir);
+                fs::remove(fs::path(runDir) / ".lock", ec);
+                fs::remove(runDir, ec);
+            } catch (const Error&) {
+            }
         throw;
     }
 }
@@ -560,8 +574,35 @@ void createRunFolder(const std::string& runDir)
         throw Error(runDir, 0,
             "is a link to " + printable(fs::read_symlink(runDir, ec).string())
                 + ", which does not exist: make that folder, or give another run folder");
+    // The folders on the way that are not there yet, deepest first: what a failure removes again.
+    const auto missing = [&] {
+        std::vector<fs::path> out;
+        for (fs::path p = fs::path(runDir).lexically_normal(); !p.empty(); p = p.parent_path()) {
+            std::error_code e2;
+            if (fs::exists(p, e2))
+                break;
+            out.push_back(p);
+            if (p == p.parent_path())
+                break;
+        }
+        return out;
+    };
+    const std::vector<fs::path> before = missing();
     fs::create_directories(runDir, ec);
     if (ec) {
+        // The folder a new one could not be made in: the deepest one there now.
+        const std::vector<fs::path> after = missing();
+        fs::path there = after.empty() ? fs::path(runDir) : after.back().parent_path();
+        if (there.empty())
+            there = ".";
+        const std::string why
+            = ec == std::errc::permission_denied ? unwritableFolderNote(there.string(), printable(there.string())) : "";
+        // Made on the way before the failure (a umask such as 222 makes folders that no folder can
+        // be made in): removed again, as nothing was written in them.
+        for (const fs::path& p : before) {
+            std::error_code e2;
+            fs::remove(p, e2);
+        }
         // A file in the way (the run path itself, or a folder on the way to it) is named.
         for (fs::path p = fs::path(runDir); !p.empty(); p = p.parent_path()) {
             std::error_code e2;
@@ -572,7 +613,7 @@ void createRunFolder(const std::string& runDir)
             if (p == p.parent_path())
                 break;
         }
-        throw Error(runDir, 0, "cannot create the run folder: " + ec.message());
+        throw Error(runDir, 0, "cannot create the run folder: " + ec.message() + why);
     }
 }
 
@@ -593,8 +634,10 @@ void checkRunVocabulary(const Tokenizer& tok, const RunState& state)
                 + ") belong to another run (copied in?); put back this run's own files, or chat with that run");
 }
 
-void requireNewRunFolder(const std::string& runDir)
+void requireNewRunFolder(const std::string& runDir, const std::string& advice)
 {
+    if (isRun(runDir))
+        throw Error(runDir, 0, "this folder already holds a run: " + advice);
     // What only training writes: a folder holding it has trained, even with its state.json and
     // checkpoints gone (the best weights still chat), and a new run would replace it.
     std::error_code ec;
@@ -628,6 +671,16 @@ void requireNewRunFolder(const std::string& runDir)
             + (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : std::string())
             + "); a run writes config.json, vocab.json, state.json and checkpoints there: choose an empty or new "
               "folder");
+}
+
+void requireNewRunPlace(const std::string& runDir, const std::string& advice)
+{
+    if (runDir.empty())
+        throw Error("no run folder given (the path is empty)");
+    requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
+    std::error_code ec;
+    if (fs::is_directory(runDir, ec))
+        requireNewRunFolder(runDir, advice); // before the lock file is made: nothing is left in a folder refused
 }
 
 void requireRunFilesPlain(const std::string& runDir)
@@ -1149,9 +1202,7 @@ Corpus loadRunCorpus(const std::string& runDir)
             "the run does not name its corpus (an imported model's run, or one trained on pairs in memory): give "
             "the corpus to resume with (train --resume --corpus FILE)");
     try {
-        LoadOptions opt = corpusLoadOptions(cfg);
-        opt.csvAsDialog = true; // a run trained on a .csv before it was refused
-        return loadCorpus(cfg.corpus, opt);
+        return loadCorpus(cfg.corpus, corpusLoadOptions(cfg));
     } catch (const Error& e) {
         throw Error(e.file().empty() ? configPath(runDir) : e.file(), e.line(),
             e.message() + " (the corpus named in " + configPath(runDir) + ")");

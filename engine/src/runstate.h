@@ -85,11 +85,11 @@ uint64_t vocabularyFingerprint(const Tokenizer& tok);
 // words, without a word); nothing when the state recorded none.
 void checkRunVocabulary(const Tokenizer& tok, const RunState& state);
 
-// For a new run (training or an import) in `runDir`, before its lock is taken and again under it:
-// refuses a folder that holds
-// anything but a run killed before its first checkpoint (recognised by its own config.json; its
-// files are replaced). Another program's files are never overwritten.
-void requireNewRunFolder(const std::string& runDir);
+// For a new run (training or an import) in the folder `runDir`, before its lock is taken
+// (requireNewRunPlace) and again under it: refuses a folder that holds a run (the message ends
+// with `advice`) or anything but a run killed before its first checkpoint (recognised by its own
+// config.json; its files are replaced). Another program's files are never overwritten.
+void requireNewRunFolder(const std::string& runDir, const std::string& advice);
 // Makes the run folder (and those above it); an Error naming it when it cannot be made, or when it
 // is a link to a folder that does not exist.
 void createRunFolder(const std::string& runDir);

@@ -268,6 +268,14 @@ std::vector<std::string_view> splitLines(std::string_view text)
     return lines;
 }
 
+std::string asciiLower(std::string s)
+{
+    for (char& ch : s)
+        if (ch >= 'A' && ch <= 'Z')
+            ch = static_cast<char>(ch - 'A' + 'a');
+    return s;
+}
+
 std::string trim(std::string_view s)
 {
     const char* ws = " \t\n\r\f\v";
@@ -315,9 +323,9 @@ std::string printable(std::string_view s)
             // C1 controls (U+0080–U+009F: 0xC2 0x80–0x9F), the bidirectional overrides and
             // isolates (U+202A–U+202E, U+2066–U+2069) and marks (U+200E, U+200F, U+061C), and the
             // line and paragraph separators (U+2028, U+2029) act on a terminal, reorder text or
-            // break a line; the zero-width space, word joiner and U+FEFF show nothing, so that a
-            // word holding one looks like another (joiners, which emoji and scripts need, print):
-            // escaped.
+            // break a line; the zero-width space, the word joiner (U+2060) and U+FEFF show
+            // nothing, so that a word holding one looks like another: escaped. The zero-width
+            // non-joiner and joiner (U+200C, U+200D), which emoji and scripts need, print.
             const auto b1 = seq.size() > 1 ? static_cast<unsigned char>(seq[1]) : 0;
             const auto b2 = seq.size() > 2 ? static_cast<unsigned char>(seq[2]) : 0;
             const bool control = (b == 0xC2 && b1 >= 0x80 && b1 <= 0x9F) || (b == 0xD8 && b1 == 0x9C)

@@ -54,6 +54,8 @@ std::string longLine(size_t bytes, size_t limit);
 std::vector<std::string_view> splitLines(std::string_view text);
 
 std::string trim(std::string_view s);
+// A-Z to a-z; every other byte as it is (UTF-8 untouched, whatever the locale).
+std::string asciiLower(std::string s);
 
 // zlib's CRC-32 of `bytes` (checkpoints' checksums, zip members); with `previous`, the CRC-32 of
 // the bytes that came before followed by these.

@@ -24,14 +24,6 @@ constexpr std::string_view kKerasFilters = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\
 
 const std::vector<std::string> kSpecials = { "<pad>", "<unk>", "<start>", "<end>" };
 
-std::string asciiLower(std::string s)
-{
-    for (char& ch : s)
-        if (ch >= 'A' && ch <= 'Z')
-            ch = static_cast<char>(ch - 'A' + 'a');
-    return s;
-}
-
 // The code point at s[i] and its length in bytes; an invalid byte stands for itself (length 1, -1).
 std::pair<long, size_t> decodeAt(const std::string& s, size_t i)
 {
@@ -122,8 +114,9 @@ std::vector<std::string> Tokenizer::split(const std::string& input) const
 {
     // Keras lowercases as Python does; vocabularies saved before that was recorded (and the
     // punctuation mode) keep the ASCII lowercasing they were built with.
-    const std::string s = m_options.mode == TokenizerMode::Keras && m_options.unicodeLowercase ? unicodeLower(input)
-                                                                                               : asciiLower(input);
+    const std::string s = m_options.mode == TokenizerMode::Keras && m_options.unicodeLowercase
+        ? unicodeLower(input)
+        : text::asciiLower(input);
     std::vector<std::string> out;
     std::string cur;
     auto flush = [&] {
@@ -190,6 +183,9 @@ Tokenizer Tokenizer::fromWords(const std::vector<std::string>& words, const Toke
 {
     Tokenizer tok;
     tok.m_options = options;
+    for (const std::string* w : { &options.startWord, &options.endWord })
+        if (w->find_first_of(" \t\n\r\f\v") != std::string::npos || w->find('\0') != std::string::npos)
+            throw Error("the start or end word ('" + printable(*w) + "') holds white space");
     tok.m_words = kSpecials;
     tok.m_words.insert(tok.m_words.end(), words.begin(), words.end());
     for (size_t i = 0; i < tok.m_words.size(); ++i) {
@@ -214,6 +210,10 @@ Encoded Tokenizer::encode(const std::string& text, size_t maxIds) const
         }
         const std::string& w = e.words[i];
         auto it = m_ids.find(w);
+        if (!m_options.startWord.empty() && (w == m_options.startWord || w == m_options.endWord)) {
+            e.ids.push_back(w == m_options.startWord ? kStart : kEnd); // an imported model's, as Keras reads them
+            continue;
+        }
         // Special-token spellings typed by a user are words like any other, not control tokens.
         if (it == m_ids.end() || it->second < 4) {
             if (!m_options.dropUnknown)
@@ -268,6 +268,10 @@ void Tokenizer::save(const std::string& path) const
     j["drop_unknown"] = m_options.dropUnknown;
     // The punctuation mode lowercases ASCII letters only (vocabularies of that mode once said "unicode").
     j["lowercase"] = m_options.mode == TokenizerMode::Keras && m_options.unicodeLowercase ? "unicode" : "ascii";
+    if (!m_options.startWord.empty()) {
+        j["start_word"] = m_options.startWord;
+        j["end_word"] = m_options.endWord;
+    }
     j["tokens"] = m_words;
     std::string text = j.dump(1);
     // What load reads back: a file over its limit would be written and then refused, leaving a run
@@ -305,6 +309,16 @@ Tokenizer Tokenizer::load(const std::string& path)
         if (lowercase != "ascii" && lowercase != "unicode")
             throw FieldError("lowercase must be 'ascii' or 'unicode', not '" + printable(lowercase) + "'", "lowercase");
         tok.m_options.unicodeLowercase = lowercase == "unicode" && tok.m_options.mode == TokenizerMode::Keras;
+        // absent: a vocabulary of chatbench's own, or imported before they were recorded
+        for (auto [key, word] : { std::pair { "start_word", &tok.m_options.startWord },
+                 std::pair { "end_word", &tok.m_options.endWord } }) {
+            *word = field<std::string>(root, key, std::string());
+            if (word->find_first_of(" \t\n\r\f\v") != std::string::npos || word->find('\0') != std::string::npos)
+                throw FieldError(std::string(key) + " ('" + printable(*word) + "') holds white space or NUL", key);
+        }
+        if (tok.m_options.startWord.empty() != tok.m_options.endWord.empty()
+            || (!tok.m_options.startWord.empty() && tok.m_options.startWord == tok.m_options.endWord))
+            throw FieldError("start_word and end_word must both be given, and differ", "start_word");
         if (!j.contains("tokens") || !j["tokens"].is_array())
             throw FieldError("'tokens' must be a list of words", j.contains("tokens") ? "tokens" : "");
         for (size_t i = 0; i < j["tokens"].size(); ++i) {

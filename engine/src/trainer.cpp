@@ -470,20 +470,12 @@ bool sameCorpusFingerprint(uint64_t recorded, uint64_t actual)
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& runDir, const TrainCallbacks& cb)
 {
     validate(cfg);
-    if (runDir.empty())
-        throw Error("no run folder given (the path is empty)");
-    std::error_code ec;
-    requireRunNotInUse(runDir); // a writer's files are not judged while it writes them
-    if (isRun(runDir))
-        throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
-    if (fs::is_directory(runDir, ec))
-        requireNewRunFolder(runDir); // before the lock file is made: nothing is left in a folder refused
+    requireNewRunPlace(runDir);
     bool created = false;
     const RunLock lock = lockNewRunFolder(runDir, created); // one writer; a second train on this folder stops here
-    if (isRun(runDir))
-        throw Error(runDir, 0, "this folder already holds a run: resume it or choose another folder");
     // config.json without state.json is a start killed before its first checkpoint: start afresh.
-    requireNewRunFolder(runDir);
+    requireNewRunFolder(runDir, kResumeOrChooseAnother);
+    std::error_code ec;
 
     Session s;
     try {
@@ -521,27 +513,19 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     return loop(s, cb);
 }
 
-namespace {
-
-// `corpus` read again from its file with the CR and U+FEFF escapes in its texts kept, as earlier
-// versions read them; empty when that reads the same pairs, or cannot be read.
-Corpus readAsTrained(const Corpus& corpus, const TrainConfig& cfg)
+Corpus corpusReadAsEarlier(const std::string& path, const TrainConfig& cfg, uint64_t recorded)
 {
-    if (corpus.path.empty())
+    if (path.empty() || recorded == 0)
         return {};
     try {
         LoadOptions opt = corpusLoadOptions(cfg);
-        opt.csvAsDialog = true;
         opt.keepEscapedBreaks = true;
-        Corpus c = loadCorpus(corpus.path, opt);
-        if (corpusFingerprint(c.pairs) != corpusFingerprint(corpus.pairs))
+        if (Corpus c = loadCorpus(path, opt); sameCorpusFingerprint(recorded, corpusFingerprint(c.pairs)))
             return c;
     } catch (const Error&) {
     }
     return {};
 }
-
-} // namespace
 
 TrainResult resume(
     const std::string& runDir, const Corpus& corpus, const TrainCallbacks& cb, const ResumeChanges& changes)
@@ -605,8 +589,8 @@ TrainResult resume(
     } else if (const uint64_t actual = corpusFingerprint(corpus.pairs);
                sameCorpusFingerprint(s.state.corpusFingerprint, actual)) {
         s.state.corpusFingerprint = actual; // exact again where a JSON tool had rounded it
-    } else if (asTrained = readAsTrained(corpus, s.cfg); !asTrained.pairs.empty()
-               && sameCorpusFingerprint(s.state.corpusFingerprint, corpusFingerprint(asTrained.pairs))) {
+    } else if (asTrained = corpusReadAsEarlier(corpus.path, s.cfg, s.state.corpusFingerprint);
+               !asTrained.pairs.empty()) {
         // Trained on texts holding a CR or U+FEFF escape before they were read as line breaks:
         // it goes on with the pairs as it read them then.
         s.state.corpusFingerprint = corpusFingerprint(asTrained.pairs);

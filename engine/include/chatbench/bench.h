@@ -161,6 +161,9 @@ struct BenchReport {
     std::vector<BenchRow> rows;
     std::vector<RaceCurve> races;
     std::vector<std::string> notes; // skipped or failed combinations and why
+    // Stopped by BenchCallbacks::cancel before every unit was measured (a note says so too). Not
+    // written to JSON: a cancel that came after the last unit leaves a whole report.
+    bool cancelled = false;
 };
 
 struct BenchCallbacks {

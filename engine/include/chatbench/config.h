@@ -58,7 +58,8 @@ struct TrainConfig {
     bool strictCorpus = false; // the corpus was loaded strictly (no skipped records)
 };
 
-// The options the run's corpus is (re)loaded with.
+// The options the run's corpus is (re)loaded with (a .csv read as dialog text, as when a run
+// could train on one).
 LoadOptions corpusLoadOptions(const TrainConfig& c);
 
 // "seed" (the Keras recipe: E=200, H=200, 1 layer, RMSprop, batch 50, lengths 22/74),

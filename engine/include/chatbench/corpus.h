@@ -81,13 +81,10 @@ struct Corpus {
 // be parsed, or (strict) at the first malformed record.
 Corpus loadCorpus(const std::string& path, const LoadOptions& options = {});
 
-// Writes the pairs as a TSV corpus (one "prompt<TAB>response" line each) that loadCorpus reads
-// back as the same pairs: tabs and line breaks (LF, CR) inside a text become spaces (the Keras
-// tokenizer splits at tabs and LF anyway), and a prompt starting with '#' is written after a
-// space so it is not a comment. The
-// file is replaced atomically. Throws Error naming the file when it cannot be written.
-void writePairsTsv(const std::vector<Pair>& pairs, const std::string& path);
-// The same file's text.
+// The pairs as a TSV corpus (one "prompt<TAB>response" line each) that loadCorpus reads back as
+// the same pairs: tabs and line breaks (LF, CR) inside a text become spaces (the Keras tokenizer
+// splits at tabs and LF anyway), and a prompt starting with '#' is written after a space so it
+// is not a comment.
 std::string pairsTsv(const std::vector<Pair>& pairs);
 // The pairs as JSON Lines, {"prompt": …, "response": …} on each line: every text exactly as it is.
 std::string pairsJsonl(const std::vector<Pair>& pairs);
@@ -96,7 +93,8 @@ std::string pairsJsonl(const std::vector<Pair>& pairs);
 // for .jsonl, .json and .ndjson, TSV for any other name. A .yml or .yaml name (which would be
 // read as chatterbot YAML) is an Error naming the file.
 CorpusFormat exportFormat(const std::string& path);
-// Writes the pairs in exportFormat(path), replacing the file atomically.
+// Writes the pairs in exportFormat(path), replacing the file atomically. Throws Error naming the
+// file when it cannot be written.
 void writePairs(const std::vector<Pair>& pairs, const std::string& path);
 
 // The format loadCorpus would use for `path` (Auto never comes back). Throws Error when the

@@ -29,6 +29,14 @@ bool isRun(const std::string& dir);
 // True when `dir` holds any part of a run (a new run may not start there).
 bool holdsRun(const std::string& dir);
 
+// Throws Error naming `runDir` unless a new run (a training or an import) may start there: it is
+// missing, empty, or a start killed before its first checkpoint, and no writer holds it. The
+// trainer and the importer check again under the folder's lock; a front end calls this first, so
+// that a refused folder is said before a corpus or a model is read. `advice` ends the message for
+// a folder that holds a run.
+inline const std::string kResumeOrChooseAnother = "resume it or choose another folder";
+void requireNewRunPlace(const std::string& runDir, const std::string& advice = kResumeOrChooseAnother);
+
 // The config.json of a run folder. Throws Error naming the file.
 TrainConfig loadRunConfig(const std::string& runDir);
 // The run's corpus, loaded from the path, format and encoding its config.json names.

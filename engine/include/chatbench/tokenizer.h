@@ -29,6 +29,10 @@ struct TokenizerOptions {
     // ASCII letters only, as vocabularies saved before this was recorded were built. The
     // punctuation mode lowercases ASCII letters only, whatever this says (its vocabularies record "ascii").
     bool unicodeLowercase = true;
+    // An imported Keras model's start and end words, as its tokenizer keeps them ("start", "end"):
+    // Keras' tokenizer gives such a word in a prompt the id of the start or end token, and so does
+    // encode. Empty for chatbench's own vocabularies, whose specials are no word of the text.
+    std::string startWord, endWord;
 };
 
 struct Encoded {

@@ -88,4 +88,9 @@ uint64_t corpusFingerprint(const std::vector<Pair>& pairs);
 // it rewrites the file: such a number matches the fingerprint it was rounded from.
 bool sameCorpusFingerprint(uint64_t recorded, uint64_t actual);
 
+// A run's corpus file read as versions before this one read it, with the CR and U+FEFF escapes in
+// its texts kept (they are line breaks now, or dropped), when that gives the pairs of the
+// fingerprint the run recorded: what such a run trained on. No pairs otherwise.
+Corpus corpusReadAsEarlier(const std::string& path, const TrainConfig& cfg, uint64_t recorded);
+
 } // namespace chatbench
