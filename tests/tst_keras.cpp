@@ -765,6 +765,18 @@ void TestKeras::unsupportedModelsAreNamed()
         1);
     QCOMPARE(
         Chatbot::load(dir + "dropout-run").reply("will it rain today").ids, recipe.reply("will it rain today").ids);
+    // Trained under the mixed_float16 policy: Keras computes in half precision, chatbench in
+    // fp32 (probabilities 1.1e-5 apart in an outside pass): said, not silent.
+    json mixed = config;
+    layerNamed(mixed, "decoder_lstm")["config"]["dtype"]["config"]["name"] = "mixed_float16";
+    writeKeras(dir + "mixed.keras", kFixtures + "recipe.keras", mixed);
+    opt.model = dir + "mixed.keras";
+    const KerasImport half = importKeras(opt, dir + "mixed-run");
+    QVERIFY(std::any_of(half.notes.begin(), half.notes.end(), [](const std::string& n) {
+        return n.find("layer 'decoder_lstm' computes in mixed_float16 in Keras") != std::string::npos;
+    }));
+    QVERIFY(std::none_of(dropped.notes.begin(), dropped.notes.end(),
+        [](const std::string& n) { return n.find("computes in") != std::string::npos; }));
     json sequenceAsH = outputAsH; // with return_sequences the output is every step's: refused
     layerNamed(sequenceAsH, "encoder_lstm")["config"]["return_sequences"] = true;
     expectError(sequenceAsH, "sequence-as-h", { "[the output of 'encoder_lstm', state_c of 'encoder_lstm']" });

@@ -606,6 +606,19 @@ void checkNotQuantized(const std::string& file, const Layer& l, const json& conf
             + ", by model.quantize()); chatbench imports float weights: import the model as saved before quantize()");
 }
 
+// The dtype policy a layer computes in ("mixed_float16"; Keras 3 writes {"class_name":
+// "DTypePolicy", "config": {"name": …}}, Keras 2 a name or {"class_name": "Policy", …}); empty
+// when it says none.
+std::string dtypePolicy(const Layer& l)
+{
+    const json dtype = l.config.value("dtype", json());
+    if (dtype.is_string())
+        return dtype.get<std::string>();
+    const json inner = dtype.is_object() ? dtype.value("config", json()) : json();
+    const json name = inner.is_object() ? inner.value("name", json()) : json();
+    return name.is_string() ? name.get<std::string>() : "";
+}
+
 void checkLstm(const std::string& file, const Layer& l)
 {
     if (l.type != "LSTM")
@@ -856,6 +869,15 @@ KerasSeq2Seq readModel(const json& config, const std::string& file, const Weight
         throw Error(file, 0, "the model's sizes exceed what a chatbot can need (vocabulary × width > 2^30)");
     m.sourceLength = declaredLength(g.mainInput(encEmb, notes));
     m.targetLength = declaredLength(g.mainInput(decEmb, notes));
+    // Weights saved as float32 by a model that computes in half precision (mixed_float16): the
+    // import computes in fp32, a little apart from Keras' own answers.
+    for (const Layer* l : { &encEmb, &decEmb, enc.front(), dec.front(), &out })
+        if (const std::string policy = dtypePolicy(*l); policy.find("float16") != std::string::npos) {
+            notes.push_back("layer '" + l->name + "' computes in " + policy
+                + " in Keras; chatbench computes in fp32 from the same weights, so its probabilities can differ "
+                  "from Keras' in the fourth or fifth decimal");
+            break;
+        }
     // The decoder's masking does not change a reply (one real token a step); the encoder's does.
     if (!m.encoderMask)
         notes.push_back("the encoder's embedding '" + encEmb.name + "' has mask_zero off: "
