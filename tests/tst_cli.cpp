@@ -435,6 +435,17 @@ void TestCli::progressLinesOnlyWhereTheTerminalRedraws()
     QVERIFY2(taken.code == 1 && taken.out.isEmpty()
             && taken.err.contains("this folder already holds a run: resume it or choose another folder"),
         qPrintable(taken.out + taken.err));
+    // A path that cannot become a folder: said before the corpus is read (an outside pass found
+    // them said after the start was announced).
+    const QString file = QString::fromStdString(testutil::writeFile(m_dir, "not-a-folder", "x"));
+    QCOMPARE(::symlink(qPrintable(m_dir.filePath("nowhere")), qPrintable(m_dir.filePath("dangling"))), 0);
+    for (const auto& [run, why] : { std::pair { file, QString("is a file, not a folder") },
+             std::pair { file + "/sub", QString("is a file, not a folder") },
+             std::pair { m_dir.filePath("dangling"), QString("which does not exist: make that folder") } }) {
+        const Run r
+            = cli({ "train", "--preset", "quick", "--corpus", m_dir.filePath("no-such-corpus.yml"), "--run", run });
+        QVERIFY2(r.code == 1 && r.out.isEmpty() && r.err.contains(why), qPrintable(r.out + r.err));
+    }
 }
 
 // Found by an outside pass: a corpus file and run folders named with an escape sequence and a

@@ -1014,6 +1014,7 @@ void TestTraining::fullDiskAtTheFirstCheckpointLeavesNoHalfRun()
     TrainConfig cfg = smallConfig();
     cfg.epochs = 1;
     const std::string fresh = dir.filePath("fresh").toStdString(); // made by the start
+    const std::string nested = dir.filePath("made/on/the/way").toStdString(); // with the folders above it
     const std::string empty = dir.filePath("empty").toStdString(); // there before it
     QVERIFY(QDir().mkpath(QString::fromStdString(empty)));
     auto failsWriting = [&](const std::string& run) {
@@ -1033,11 +1034,13 @@ void TestTraining::fullDiskAtTheFirstCheckpointLeavesNoHalfRun()
         small.rlim_cur = 64 * 1024; // config.json and vocab.json fit, the checkpoint does not
         QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
         failsWriting(fresh);
+        failsWriting(nested);
         failsWriting(empty);
         setrlimit(RLIMIT_FSIZE, &old);
         std::signal(SIGXFSZ, previous);
     }
     QVERIFY(!QFileInfo::exists(QString::fromStdString(fresh)));
+    QVERIFY(!QFileInfo::exists(dir.filePath("made"))); // found by an outside pass: made/on/the stayed
     QCOMPARE(QDir(QString::fromStdString(empty)).entryList(QDir::AllEntries | QDir::Hidden | QDir::NoDotAndDotDot),
         QStringList { ".lock" });
     // The checkpoint written and its state not (the disk filled in between; here a folder where
@@ -1501,6 +1504,8 @@ void TestTraining::folderMadeWithoutWritePermissionIsRemoved()
     cfg.epochs = 1;
     const std::string nested = dir.filePath("made/on/the/way").toStdString();
     const std::string unlisted = dir.filePath("unlisted-run").toStdString();
+    const std::string there = dir.filePath("there").toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(there)));
     {
         testutil::DacBypassOff asUser;
         const auto refused = [&](const std::string& folder, const char* why) {
@@ -1518,10 +1523,18 @@ void TestTraining::folderMadeWithoutWritePermissionIsRemoved()
         // "Permission denied".
         wrong = refused(nested, "made's mode is 0555, without write permission for this user");
         QVERIFY2(wrong.empty(), wrong.c_str());
-        // A folder that can be written but not listed (mode 0333): it stayed, with its lock file.
+        // A folder that can be written but not listed (mode 0333): it stayed, with its lock file,
+        // and so did the folders above one made on the way; the error read as if an old run were there.
         const testutil::Umask writeOnly(0444);
         wrong = refused(unlisted, "cannot list the folder");
         QVERIFY2(wrong.empty(), wrong.c_str());
+        wrong = refused(nested, "(the folder was made just now, with mode 0333 by this user's umask");
+        QVERIFY2(wrong.empty(), wrong.c_str());
+        // Into a folder that is there, the run trains, and its files are readable by their owner
+        // (they were write-only: the run could not be read back).
+        QCOMPARE(train(cfg, smallCorpus(), there).status, TrainStatus::Finished);
+        QVERIFY(Chatbot::load(there).step() > 0);
+        QCOMPARE(resume(there, smallCorpus(), {}, 2).epochsDone, 2);
     }
     for (const std::string& folder : { run, unlisted, dir.filePath("made").toStdString() })
         QVERIFY2(!QFileInfo::exists(QString::fromStdString(folder)), folder.c_str());

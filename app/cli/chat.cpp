@@ -296,8 +296,11 @@ int run(const ChatArgs& a)
             prompts << "you> " << std::flush;
         int readError = 0;
         const LineRead got = readLine(std::cin, line, kMaxMessageBytes, readError);
-        if (got == LineRead::End)
+        if (got == LineRead::End) {
+            if (tty)
+                prompts << std::endl; // Ctrl-D after "you> ": the shell's prompt on a line of its own
             break;
+        }
         if (got == LineRead::Failed) {
             std::cerr << "error: standard input:" << lineNo << ": cannot read it"
                       << (readError ? std::string(" (") + std::strerror(readError) + ")" : std::string()) << std::endl;

@@ -104,6 +104,8 @@ int run(const TrainArgs& a)
             cancelFlag().store(true);
     };
     cb.onLog = [&](const std::string& m) {
+        if (tty && !a.quiet)
+            std::cout << "\r\033[K"; // over the progress line, not after it
         std::cout << "note: " << m << std::endl;
         outputLost();
     };

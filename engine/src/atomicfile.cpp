@@ -242,6 +242,9 @@ void writeFileAtomic(const std::string& path, const std::function<void(const std
         write(tmp);
         syncFile(tmp);
         std::error_code ec;
+        // Readable by its owner whatever the umask (444 made a run's files write-only: a run that
+        // could not be read back; found by an outside pass).
+        fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
         fs::rename(tmp, path, ec);
         if (ec)
             throw Error(path, 0, "cannot replace file: " + ec.message());

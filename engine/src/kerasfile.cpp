@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,6 +165,10 @@ public:
         // left on device"); a copy cut short is removed before the error leaves.
         const int fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         int error = fd < 0 ? errno : 0;
+        // Readable by this user whatever the umask (444 made it write-only, and HDF5 then could
+        // not open the copy: found by an outside pass).
+        if (fd >= 0 && ::fchmod(fd, 0600) != 0)
+            error = errno;
         for (size_t done = 0; fd >= 0 && error == 0 && done < bytes.size();) {
             const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
             if (n < 0 && errno != EINTR)

@@ -41,15 +41,15 @@ torch::Tensor vectorOf(const KerasTensor& t)
 // Removes a folder we created unless the import finished.
 class FolderGuard {
 public:
-    FolderGuard(std::string dir, bool created)
+    FolderGuard(std::string dir, std::string made)
         : m_dir(std::move(dir))
-        , m_created(created)
+        , m_made(std::move(made))
     {
     }
     ~FolderGuard()
     {
         if (m_armed)
-            removeFailedStart(m_dir, m_created);
+            removeFailedStart(m_dir, m_made);
     }
     FolderGuard(const FolderGuard&) = delete;
     FolderGuard& operator=(const FolderGuard&) = delete;
@@ -57,7 +57,7 @@ public:
 
 private:
     std::string m_dir;
-    bool m_created = false;
+    std::string m_made;
     bool m_armed = true;
 };
 
@@ -219,11 +219,11 @@ KerasImport importKeras(const KerasImportOptions& opt, const std::string& runDir
 
     // The run folder; removed again if anything below fails.
     requireNewRunPlace(runDir, advice); // again: reading the model and the diagnosis take a while
-    bool created = false;
+    std::string made;
     const RunLock lock
-        = lockNewRunFolder(runDir, created); // before the guard: a folder another writer holds is never cleaned
+        = lockNewRunFolder(runDir, made); // before the guard: a folder another writer holds is never cleaned
     requireNewRunFolder(runDir, advice);
-    FolderGuard guard(runDir, created);
+    FolderGuard guard(runDir, made);
     writeFileAtomic(configPath(runDir), toJson(cfg));
     tok.save(vocabPath(runDir));
     RunState state; // step 0, no corpus yet: the first resume binds the corpus it is given

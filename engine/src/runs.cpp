@@ -78,6 +78,10 @@ OwnFile openOwnFile(const std::string& path, int flags, int& fd, int64_t* size =
     struct stat st { };
     const bool plain = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     if (plain && st.st_nlink == 1) {
+        // Readable and writable by its owner whatever the umask (444 made the lock and steps.csv
+        // write-only, and the run's next writer could not open them).
+        if ((flags & O_CREAT) && st.st_uid == ::geteuid() && (st.st_mode & 0600) != 0600)
+            (void)::fchmod(fd, (st.st_mode & 07777) | 0600);
         if (size)
             *size = static_cast<int64_t>(st.st_size);
         return OwnFile::Opened;
@@ -438,6 +442,27 @@ Error inUse(const std::string& runDir, int lockFd)
             + " (a training, resume or import is writing this run); wait for it or stop it");
 }
 
+// Removes the folders above `runDir` up to `made` (the topmost a start made), each while it is
+// empty; nothing when `made` is not on the way to `runDir` (the run folder moved).
+void removeFoldersMadeOnTheWay(const std::string& runDir, const std::string& made)
+{
+    const fs::path top = fs::path(made).lexically_normal();
+    std::vector<fs::path> above;
+    for (fs::path p = fs::path(runDir).lexically_normal(); p.has_parent_path() && p != p.parent_path();) {
+        if (p == top)
+            break;
+        p = p.parent_path();
+        above.push_back(p);
+    }
+    if (above.empty() || above.back() != top)
+        return;
+    for (const fs::path& p : above) {
+        std::error_code ec;
+        if (!fs::remove(p, ec))
+            return; // not empty (another start's files), or not ours to remove
+    }
+}
+
 // " (FOLDER's mode is 0555, without write permission for this user: …)" when this user cannot
 // write in `dir`; empty when it can (another cause).
 std::string unwritableFolderNote(const std::string& dir, const std::string& what)
@@ -546,34 +571,61 @@ void checkRunTokenizer(const std::string& runDir, const Tokenizer& tok, const Tr
                 + " unlike in training; put back the value the run was trained with");
 }
 
-RunLock lockNewRunFolder(const std::string& runDir, bool& created)
+RunLock lockNewRunFolder(const std::string& runDir, std::string& made)
 {
-    std::error_code ec;
-    created = !fs::exists(runDir, ec);
-    createRunFolder(runDir);
+    made = createRunFolder(runDir);
     try {
         return RunLock(runDir);
-    } catch (...) {
+    } catch (const Error& e) {
+        if (made.empty())
+            throw;
         // The folder made here holds at most the lock file made here (a folder that cannot be
-        // listed is refused after it was made): both go, unless another writer holds that lock.
-        if (created)
-            try {
-                requireRunNotInUse(runDir);
-                fs::remove(fs::path(runDir) / ".lock", ec);
-                fs::remove(runDir, ec);
-            } catch (const Error&) {
-            }
-        throw;
+        // listed is refused after it was made): both go, with the folders made on the way,
+        // unless another writer holds that lock. The error says the folder was new.
+        std::error_code ec;
+        struct stat st { };
+        const bool stated = ::stat(runDir.c_str(), &st) == 0;
+        try {
+            requireRunNotInUse(runDir);
+            fs::remove(fs::path(runDir) / ".lock", ec);
+            fs::remove(runDir, ec);
+            removeFoldersMadeOnTheWay(runDir, made);
+        } catch (const Error&) {
+            throw e;
+        }
+        if (!stated || (st.st_mode & 0700) == 0700)
+            throw;
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        throw Error(e.file(), e.line(),
+            e.message() + " (the folder was made just now, with mode " + mode
+                + " by this user's umask: a umask such as 222 or 444 makes new folders so; it was removed)");
     }
 }
 
-void createRunFolder(const std::string& runDir)
+void requireFolderCanBeMade(const std::string& runDir)
 {
     std::error_code ec;
     if (!fs::exists(runDir, ec) && fs::is_symlink(fs::symlink_status(runDir, ec)))
         throw Error(runDir, 0,
             "is a link to " + printable(fs::read_symlink(runDir, ec).string())
                 + ", which does not exist: make that folder, or give another run folder");
+    // A file in the way (the run path itself, or a folder on the way to it) is named.
+    for (fs::path p = fs::path(runDir); !p.empty(); p = p.parent_path()) {
+        std::error_code e2;
+        if (fs::exists(p, e2) && !fs::is_directory(p, e2))
+            throw Error(runDir, 0,
+                "cannot create the run folder: " + printable(p.string())
+                    + " is a file, not a folder; give another run folder");
+        if (p == p.parent_path())
+            break;
+    }
+}
+
+std::string createRunFolder(const std::string& runDir)
+{
+    std::error_code ec;
+    requireFolderCanBeMade(runDir);
     // The folders on the way that are not there yet, deepest first: what a failure removes again.
     const auto missing = [&] {
         std::vector<fs::path> out;
@@ -603,18 +655,10 @@ void createRunFolder(const std::string& runDir)
             std::error_code e2;
             fs::remove(p, e2);
         }
-        // A file in the way (the run path itself, or a folder on the way to it) is named.
-        for (fs::path p = fs::path(runDir); !p.empty(); p = p.parent_path()) {
-            std::error_code e2;
-            if (fs::exists(p, e2) && !fs::is_directory(p, e2))
-                throw Error(runDir, 0,
-                    "cannot create the run folder: " + printable(p.string())
-                        + " is a file, not a folder; give another run folder");
-            if (p == p.parent_path())
-                break;
-        }
+        requireFolderCanBeMade(runDir); // a file put in the way meanwhile is named
         throw Error(runDir, 0, "cannot create the run folder: " + ec.message() + why);
     }
+    return before.empty() ? std::string() : before.back().string();
 }
 
 uint64_t vocabularyFingerprint(const Tokenizer& tok)
@@ -681,6 +725,8 @@ void requireNewRunPlace(const std::string& runDir, const std::string& advice)
     std::error_code ec;
     if (fs::is_directory(runDir, ec))
         requireNewRunFolder(runDir, advice); // before the lock file is made: nothing is left in a folder refused
+    else
+        requireFolderCanBeMade(runDir);
 }
 
 void requireRunFilesPlain(const std::string& runDir)
@@ -1148,11 +1194,12 @@ void keepRunSteps(const std::string& runDir, int64_t upToStep)
             path.string(), 0, std::string("cannot cut off the steps past the checkpoint: ") + std::strerror(errno));
 }
 
-void removeFailedStart(const std::string& runDir, bool created)
+void removeFailedStart(const std::string& runDir, const std::string& made)
 {
     std::error_code ec;
-    if (created) {
+    if (!made.empty()) {
         fs::remove_all(runDir, ec);
+        removeFoldersMadeOnTheWay(runDir, made);
         return;
     }
     std::vector<std::string> files

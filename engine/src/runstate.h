@@ -62,10 +62,12 @@ void saveBestState(const std::string& runDir, const RunState& state);
 // Throws Error naming the folder when it exists but cannot be listed.
 std::vector<std::string> checkpointFiles(const std::string& runDir);
 // Undoes a start (a training or an import) that failed before its run was whole (no state.json):
-// the folder goes if the start made it, else the files a start writes, its checkpoints included.
-// Otherwise a checkpoint without its state (a disk that filled between the two) made the folder
-// "a run" that neither a new start nor a resume or chat could use.
-void removeFailedStart(const std::string& runDir, bool created);
+// the folder goes if the start made it (`made`: the topmost folder it made, the run folder or one
+// above it; empty when the run folder was there), with the folders it made on the way while they
+// are empty, else the files a start writes, its checkpoints included. Otherwise a checkpoint
+// without its state (a disk that filled between the two) made the folder "a run" that neither a
+// new start nor a resume or chat could use.
+void removeFailedStart(const std::string& runDir, const std::string& made);
 void writeMetricsCsv(const std::string& runDir, const std::vector<EpochMetrics>& history);
 // steps.csv: rows appended before each checkpoint; keepRunSteps rewrites it with the rows up to
 // `upToStep` only (a resume from an older checkpoint).
@@ -91,8 +93,12 @@ void checkRunVocabulary(const Tokenizer& tok, const RunState& state);
 // config.json; its files are replaced). Another program's files are never overwritten.
 void requireNewRunFolder(const std::string& runDir, const std::string& advice);
 // Makes the run folder (and those above it); an Error naming it when it cannot be made, or when it
-// is a link to a folder that does not exist.
-void createRunFolder(const std::string& runDir);
+// is a link to a folder that does not exist (requireFolderCanBeMade). Returns the topmost folder
+// it made (empty when the run folder was there).
+std::string createRunFolder(const std::string& runDir);
+// An Error naming `runDir` when it cannot be a folder: it, or a folder on the way to it, is a
+// file, or it is a link to a folder that does not exist. Nothing is made.
+void requireFolderCanBeMade(const std::string& runDir);
 
 // Throws Error naming the first of the files a run writes (state.json, metrics.csv, steps.csv,
 // checkpoints and their states, the best weights) that is there but not a regular file (a
@@ -127,7 +133,7 @@ private:
 
 // The folder of a new run: created where it is not there (createRunFolder) and locked. A folder
 // this made and could not lock (made without write permission, by a umask such as 222) is
-// removed again; `created` says whether it made it.
-RunLock lockNewRunFolder(const std::string& runDir, bool& created);
+// removed again, with those made on the way; `made` is the topmost folder it made (empty: none).
+RunLock lockNewRunFolder(const std::string& runDir, std::string& made);
 
 } // namespace chatbench

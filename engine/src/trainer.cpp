@@ -471,8 +471,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
 {
     validate(cfg);
     requireNewRunPlace(runDir);
-    bool created = false;
-    const RunLock lock = lockNewRunFolder(runDir, created); // one writer; a second train on this folder stops here
+    std::string made; // the topmost folder this start made
+    const RunLock lock = lockNewRunFolder(runDir, made); // one writer; a second train on this folder stops here
     // config.json without state.json is a start killed before its first checkpoint: start afresh.
     requireNewRunFolder(runDir, kResumeOrChooseAnother);
     std::error_code ec;
@@ -507,7 +507,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         // the folder this process holds, wherever it went: never another one put at its old name.
         const std::string folder = s.runDir.empty() ? runDir : s.runDir;
         if (lock.currentFolder(folder) == folder && !fs::exists(statePath(folder), ec))
-            removeFailedStart(folder, created);
+            removeFailedStart(folder, made);
         throw;
     }
     return loop(s, cb);
