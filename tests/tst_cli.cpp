@@ -438,10 +438,10 @@ void TestCli::progressLinesOnlyWhereTheTerminalRedraws()
     // A path that cannot become a folder: said before the corpus is read (an outside pass found
     // them said after the start was announced).
     const QString file = QString::fromStdString(testutil::writeFile(m_dir, "not-a-folder", "x"));
-    QCOMPARE(::symlink(qPrintable(m_dir.filePath("nowhere")), qPrintable(m_dir.filePath("dangling"))), 0);
+    QCOMPARE(::symlink(qPrintable(m_dir.filePath("nowhere")), qPrintable(m_dir.filePath("dangling-run"))), 0);
     for (const auto& [run, why] : { std::pair { file, QString("is a file, not a folder") },
              std::pair { file + "/sub", QString("is a file, not a folder") },
-             std::pair { m_dir.filePath("dangling"), QString("which does not exist: make that folder") } }) {
+             std::pair { m_dir.filePath("dangling-run"), QString("which does not exist: make that folder") } }) {
         const Run r
             = cli({ "train", "--preset", "quick", "--corpus", m_dir.filePath("no-such-corpus.yml"), "--run", run });
         QVERIFY2(r.code == 1 && r.out.isEmpty() && r.err.contains(why), qPrintable(r.out + r.err));
