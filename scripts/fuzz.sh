@@ -45,9 +45,10 @@ seed() { # harness → seed files
 # heap, glibc aborted, and libFuzzer's abort handler then waited on the allocator's lock. No job
 # runs longer than 300 s (libFuzzer's own cap) plus its start and merge, so one past 420 s is
 # stuck: it is killed, which keras_model's fork mode (-ignore_crashes) counts as a crash and goes
-# on past; the checkpoint harness' campaign ends there, as on any crash. Merges (the corpus
-# minimised at the start, which may take longer under ASan) are left alone. Each kill is noted in
-# HARNESS.stuck.
+# on past; the checkpoint harness' campaign ends there, as on any crash. A job's own merge (its
+# control file N.merge) can hang the same way (one held a campaign for 14 minutes) and is stopped
+# alike; the corpus merge at the start (control file "merge", which may take longer under ASan) is
+# left alone. Each kill is noted in HARNESS.stuck.
 stop_stuck_jobs() { # PARENT HARNESS NOTES
   local level all p age
   while kill -0 "$1" 2>/dev/null; do
@@ -61,7 +62,8 @@ stop_stuck_jobs() { # PARENT HARNESS NOTES
     for p in $all; do
       age=$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' ' || true)
       if [ "${age:-0}" -gt 420 ] && [ "$(ps -o comm= -p "$p" 2>/dev/null)" = "$(echo "fuzz_$2" | cut -c1-15)" ] \
-        && ! ps -o args= -p "$p" 2>/dev/null | grep -q -- '-merge'; then
+        && { ! ps -o args= -p "$p" 2>/dev/null | grep -q -- '-merge' \
+          || ps -o args= -p "$p" 2>/dev/null | grep -qE -- '-merge_control_file=[^ ]*/[0-9]+\.merge'; }; then
         kill -9 "$p" 2>/dev/null && echo "$(date -u +%FT%TZ) job $p stopped after $age s" >>"$3"
       fi
     done
